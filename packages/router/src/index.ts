@@ -1,0 +1,3 @@
+export { start, ROLES, type Role, type Started } from './start.ts';
+export { createRuntime, checkRedis, ensureSpillTopic, type Runtime } from './runtime.ts';
+export { buildProgram, main } from './cli/main.ts';

@@ -1,0 +1,92 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import {
+  type Config,
+  createKeys,
+  createLogger,
+  createRedis,
+  errors,
+  type Keys,
+  type Logger,
+  type RedisClient,
+} from '@spillway/shared';
+import { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
+
+/** What every role of one process shares: config, keys, logger and the connections. */
+export interface Runtime {
+  readonly config: Readonly<Config>;
+  readonly keys: Keys;
+  readonly logger: Logger;
+  /** Commands (not blocking). */
+  readonly redis: RedisClient;
+  readonly kafka: Kafka;
+  /** Unique per process: names this worker's published counters. */
+  readonly workerId: string;
+  /** Closes the shared connections (roles close their own first). */
+  close(): Promise<void>;
+}
+
+export function createRuntime(config: Readonly<Config>, logger: Logger = createLogger(config.logLevel)): Runtime {
+  const keys = createKeys(config.prefix);
+  const redis = createRedis(config.redis, { maxRetriesPerRequest: 2 });
+  redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
+  const kafka = new Kafka({
+    clientId: `spillway-${process.pid}`,
+    brokers: config.kafkaBrokers,
+    logLevel: kafkaLogLevel.NOTHING,
+    retry: { retries: 8, initialRetryTime: 200, maxRetryTime: 5000 },
+  });
+  const workerId = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  return {
+    config,
+    keys,
+    logger,
+    redis,
+    kafka,
+    workerId,
+    async close() {
+      redis.disconnect();
+    },
+  };
+}
+
+/** Redis ≥ 7.0.8 with noeviction; AOF off is allowed but logged loudly. */
+export async function checkRedis(rt: Runtime): Promise<void> {
+  let info: string;
+  try {
+    info = String(await rt.redis.info('server'));
+  } catch (err) {
+    throw errors.unavailable(`Redis at SPILLWAY_REDIS_URL does not answer: ${(err as Error).message}`, { cause: err });
+  }
+  const version = /redis_version:(\S+)/.exec(info)?.[1] ?? '0.0.0';
+  const [a = 0, b = 0, c = 0] = version.split('.').map(Number);
+  if (a * 1e6 + b * 1e3 + c < 7_000_008) throw errors.config(`SPILLWAY_REDIS_URL: Redis ${version} is too old; Spillway needs >= 7.0.8`);
+  const policy = (await rt.redis.config('GET', 'maxmemory-policy')) as string[];
+  if (policy[1] !== 'noeviction') {
+    throw errors.config(`SPILLWAY_REDIS_URL: Redis maxmemory-policy is ${policy[1]}; set it to noeviction (queued events must never be evicted)`);
+  }
+  const aof = (await rt.redis.config('GET', 'appendonly')) as string[];
+  if (aof[1] !== 'yes') {
+    rt.logger.warn('Redis has AOF off (appendonly no): a Redis restart loses accepted events. Use appendonly yes, appendfsync everysec');
+  }
+}
+
+/** Kafka reachable and the spill topic present (created with SPILLWAY_SPILL_PARTITIONS partitions). */
+export async function ensureSpillTopic(rt: Runtime): Promise<void> {
+  const admin = rt.kafka.admin({ retry: { retries: 3, initialRetryTime: 300 } });
+  try {
+    await admin.connect();
+    const topics = await admin.listTopics();
+    if (!topics.includes(rt.config.spillTopic)) {
+      await admin.createTopics({
+        waitForLeaders: true,
+        topics: [{ topic: rt.config.spillTopic, numPartitions: rt.config.spillPartitions, replicationFactor: 1 }],
+      });
+      rt.logger.info({ topic: rt.config.spillTopic, partitions: rt.config.spillPartitions }, 'created spill topic');
+    }
+  } catch (err) {
+    throw errors.unavailable(`Kafka at SPILLWAY_KAFKA_BROKERS does not answer: ${(err as Error).message}`, { cause: err });
+  } finally {
+    await admin.disconnect().catch(() => {});
+  }
+}

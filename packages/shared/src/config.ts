@@ -1,0 +1,186 @@
+import ipaddr from 'ipaddr.js';
+import { z } from 'zod';
+import { parseDuration } from './duration.ts';
+import { errors } from './errors.ts';
+
+/**
+ * Every environment variable Spillway reads, with its default, in one object. CONTRACT.md lists the
+ * public ones; the rest are operator knobs documented in docs/operations.md.
+ */
+export const DEFAULTS = {
+  SPILLWAY_REDIS_URL: 'redis://127.0.0.1:6379',
+  SPILLWAY_KAFKA_BROKERS: '127.0.0.1:9092',
+  SPILLWAY_INGEST_PORT: '8080',
+  SPILLWAY_ADMIN_PORT: '8081',
+  SPILLWAY_HOST: '0.0.0.0',
+  SPILLWAY_INGEST_BACKEND: 'auto',
+  SPILLWAY_RETRY_SCHEDULE: '5s,5m,30m,2h,5h,10h,10h',
+  SPILLWAY_TARGET_ALLOW_CIDRS: '',
+  SPILLWAY_DEDUP_WINDOW: '24h',
+  SPILLWAY_LOG_LEVEL: 'info',
+  /** Namespace of every Redis key, BullMQ queue and Kafka consumer group (tests use a random one). */
+  SPILLWAY_PREFIX: 'spw',
+  SPILLWAY_SPILL_TOPIC: 'spillway.spill',
+  SPILLWAY_SPILL_PARTITIONS: '12',
+  /** Bytes of request bodies the ingest role holds at once; past it new requests get 503. */
+  SPILLWAY_INGEST_BODY_BUDGET: '67108864',
+  /** How long to collect accepted events before making them durable in one round trip. */
+  SPILLWAY_GROUP_COMMIT: '2ms',
+} as const;
+
+const port = (name: string) =>
+  z
+    .string()
+    .regex(/^\d+$/, `${name} must be a port number 0-65535`)
+    .transform(Number)
+    .refine((n) => n >= 0 && n <= 65535, `${name} must be a port number 0-65535`);
+
+const positiveInt = (name: string) =>
+  z.string().regex(/^[1-9]\d*$/, `${name} must be a positive integer`).transform(Number);
+
+const duration = (name: string) =>
+  z.string().transform((s, ctx) => {
+    const ms = parseDuration(s);
+    if (ms === undefined || ms <= 0) {
+      ctx.addIssue({ code: 'custom', message: `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")` });
+      return z.NEVER;
+    }
+    return ms;
+  });
+
+export interface RedisTarget {
+  kind: 'standalone' | 'cluster';
+  /** For standalone: the URL as given; for cluster: the seed nodes. */
+  url: string;
+  nodes: { host: string; port: number }[];
+}
+
+const schema = z.object({
+  SPILLWAY_REDIS_URL: z.string().transform((s, ctx): RedisTarget => {
+    const cluster = /^redis\+cluster:\/\/(.+)$/.exec(s);
+    if (cluster) {
+      const nodes = cluster[1]!.split(',').map((hp) => {
+        const [host, p] = hp.trim().split(':');
+        return { host: host ?? '', port: Number(p ?? 6379) };
+      });
+      if (nodes.every((n) => n.host && Number.isInteger(n.port) && n.port > 0)) return { kind: 'cluster', url: s, nodes };
+    } else if (/^rediss?:\/\/[^/\s]+/.test(s) && URL.canParse(s)) {
+      const u = new URL(s);
+      return { kind: 'standalone', url: s, nodes: [{ host: u.hostname, port: Number(u.port || 6379) }] };
+    }
+    ctx.addIssue({
+      code: 'custom',
+      message: `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
+    });
+    return z.NEVER;
+  }),
+  SPILLWAY_KAFKA_BROKERS: z.string().transform((s, ctx) => {
+    const list = s.split(',').map((b) => b.trim()).filter(Boolean);
+    if (list.length > 0 && list.every((b) => /^[\w.-]+:\d{1,5}$/.test(b) || /^\[[0-9a-f:]+\]:\d{1,5}$/i.test(b))) return list;
+    ctx.addIssue({ code: 'custom', message: `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")` });
+    return z.NEVER;
+  }),
+  SPILLWAY_INGEST_PORT: port('SPILLWAY_INGEST_PORT'),
+  SPILLWAY_ADMIN_PORT: port('SPILLWAY_ADMIN_PORT'),
+  SPILLWAY_HOST: z.string().min(1, 'SPILLWAY_HOST must be an address to listen on'),
+  SPILLWAY_ADMIN_TOKEN: z.string().optional(),
+  SPILLWAY_INGEST_BACKEND: z.enum(['uring', 'node', 'auto'], {
+    error: (i) => `SPILLWAY_INGEST_BACKEND must be uring, node or auto (got "${String(i.input)}")`,
+  }),
+  SPILLWAY_RETRY_SCHEDULE: z.string().transform((s, ctx) => {
+    const parts = s.split(',').map((p) => parseDuration(p));
+    if (parts.length > 0 && parts.every((ms) => ms !== undefined && ms > 0)) return parts as number[];
+    ctx.addIssue({
+      code: 'custom',
+      message: `SPILLWAY_RETRY_SCHEDULE must be a comma-separated list of durations like 5s,5m,30m (got "${s}")`,
+    });
+    return z.NEVER;
+  }),
+  SPILLWAY_TARGET_ALLOW_CIDRS: z.string().transform((s, ctx) => {
+    const list = s.split(',').map((c) => c.trim()).filter(Boolean);
+    for (const c of list) {
+      try {
+        ipaddr.parseCIDR(c);
+      } catch {
+        ctx.addIssue({ code: 'custom', message: `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)` });
+        return z.NEVER;
+      }
+    }
+    return list;
+  }),
+  SPILLWAY_DEDUP_WINDOW: duration('SPILLWAY_DEDUP_WINDOW'),
+  SPILLWAY_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+    error: (i) => `SPILLWAY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent (got "${String(i.input)}")`,
+  }),
+  SPILLWAY_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'SPILLWAY_PREFIX must be 1-32 chars of a-z, 0-9, _ or -'),
+  SPILLWAY_SPILL_TOPIC: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/, 'SPILLWAY_SPILL_TOPIC must be a valid Kafka topic name'),
+  SPILLWAY_SPILL_PARTITIONS: positiveInt('SPILLWAY_SPILL_PARTITIONS'),
+  SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
+  SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
+});
+
+/** The validated, frozen configuration. Durations are milliseconds. */
+export interface Config {
+  redis: RedisTarget;
+  kafkaBrokers: string[];
+  ingestPort: number;
+  adminPort: number;
+  host: string;
+  adminToken: string | undefined;
+  ingestBackend: 'uring' | 'node' | 'auto';
+  retryScheduleMs: number[];
+  /** Maximum delivery attempts: the schedule's length + 1. */
+  maxAttempts: number;
+  targetAllowCidrs: string[];
+  dedupWindowMs: number;
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  prefix: string;
+  spillTopic: string;
+  spillPartitions: number;
+  ingestBodyBudget: number;
+  groupCommitMs: number;
+}
+
+/**
+ * Reads the environment once. A bad value throws a SpillwayError (SPW_ERR_CONFIG) whose message is
+ * one line naming the variable; `spillway start` prints it and exits 1.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
+  const raw: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
+  raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0] ?? '');
+    const msg = issue.message.startsWith(variable) ? issue.message : `${variable}: ${issue.message}`;
+    throw errors.config(msg);
+  }
+  const c = parsed.data;
+  return Object.freeze({
+    redis: Object.freeze(c.SPILLWAY_REDIS_URL),
+    kafkaBrokers: Object.freeze(c.SPILLWAY_KAFKA_BROKERS) as string[],
+    ingestPort: c.SPILLWAY_INGEST_PORT,
+    adminPort: c.SPILLWAY_ADMIN_PORT,
+    host: c.SPILLWAY_HOST,
+    adminToken: c.SPILLWAY_ADMIN_TOKEN,
+    ingestBackend: c.SPILLWAY_INGEST_BACKEND,
+    retryScheduleMs: Object.freeze(c.SPILLWAY_RETRY_SCHEDULE) as number[],
+    maxAttempts: c.SPILLWAY_RETRY_SCHEDULE.length + 1,
+    targetAllowCidrs: Object.freeze(c.SPILLWAY_TARGET_ALLOW_CIDRS) as string[],
+    dedupWindowMs: c.SPILLWAY_DEDUP_WINDOW,
+    logLevel: c.SPILLWAY_LOG_LEVEL,
+    prefix: c.SPILLWAY_PREFIX,
+    spillTopic: c.SPILLWAY_SPILL_TOPIC,
+    spillPartitions: c.SPILLWAY_SPILL_PARTITIONS,
+    ingestBodyBudget: c.SPILLWAY_INGEST_BODY_BUDGET,
+    groupCommitMs: c.SPILLWAY_GROUP_COMMIT,
+  });
+}
+
+/** `spillway start` needs an admin token; other commands (tests, the CLI) may not. */
+export function requireAdminToken(config: Readonly<Config>): string {
+  if (!config.adminToken) throw errors.config('SPILLWAY_ADMIN_TOKEN is required for `spillway start` (set it to a long random string)');
+  if (config.adminToken.length < 16) throw errors.config('SPILLWAY_ADMIN_TOKEN must be at least 16 characters');
+  return config.adminToken;
+}

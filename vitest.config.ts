@@ -1,0 +1,18 @@
+import { defineConfig } from 'vitest/config';
+
+// Tests run against the real Redis and Kafka that infra/local/test.sh starts (or that the caller
+// points them at). Packages resolve to src through their exports maps: nothing is built first.
+export default defineConfig({
+  test: {
+    include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    pool: 'forks',
+    maxWorkers: 2,
+    env: {
+      SPILLWAY_REDIS_URL: process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390',
+      SPILLWAY_KAFKA_BROKERS: process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092',
+      SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_LOG_LEVEL ?? 'warn',
+    },
+  },
+});
