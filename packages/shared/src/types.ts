@@ -104,3 +104,18 @@ export interface Intake {
 export interface SourceDirectory {
   get(sourceId: string): Promise<Source | undefined>;
 }
+
+/** Result of a non-blocking take from a rate limiter. */
+export type TakeResult = { ok: true } | { ok: false; retryAfterMs: number };
+
+/**
+ * The Redis leased-token limiter as other packages see it (implemented in @spillway/delivery).
+ * Keys are built with Keys.rate(tenantId, name) so they are hash-tagged per tenant.
+ */
+export interface RateGate {
+  /** Waits (without blocking the event loop) until a token is available; rejects if `signal` aborts. */
+  acquire(key: string, rate: Rate, signal?: AbortSignal): Promise<void>;
+  /** Takes a token now or says how long until one is likely (ingest: 429 + Retry-After). */
+  tryTake(key: string, rate: Rate): Promise<TakeResult>;
+  close(): Promise<void>;
+}
