@@ -30,6 +30,11 @@ export interface Keys {
   rate(tid: string, name: string): string;
   tenantKeys(tid: string): string;
   tenantCounters(tid: string): string;
+  /**
+   * HASH sha256(api key) hex → `{"tenantId","id"}`: looks a presented tenant API key up without
+   * knowing its tenant. Global (not hash-tagged) because the lookup starts from the key alone.
+   */
+  readonly apiKeys: string;
 }
 
 export function tenantTag(tid: string): string {
@@ -57,5 +62,6 @@ export function createKeys(prefix: string): Keys {
     rate: (tid: string, name: string) => `${t(tid)}:rate:${name}`,
     tenantKeys: (tid: string) => `${t(tid)}:keys`,
     tenantCounters: (tid: string) => `${t(tid)}:counters`,
+    apiKeys: `${prefix}:apikeys`,
   });
 }
