@@ -18,7 +18,7 @@ alive() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 fetch() {
   if [ ! -f "$lib/kafka_2.13-"*.jar ] 2>/dev/null || ! ls "$lib"/kafka_2.13-*.jar >/dev/null 2>&1; then
     echo "kafka: fetching jars from Maven Central (mvn dependency:copy-dependencies)" >&2
-    (cd "$here/kafka" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime >&2)
+    (cd "$here/kafka" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime >&2)
   fi
 }
 
@@ -51,10 +51,11 @@ auto.create.topics.enable=true
 log.retention.hours=24
 PROPS
   if [ ! -f "$state/data/meta.properties" ]; then
+    # Static quorum (controller.quorum.voters): format with a fresh cluster id, no --standalone.
+    cid="$("$java" -cp "$lib/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
     "$java" -cp "$lib/*" -Dlog4j2.configurationFile="$here/kafka/log4j2.yaml" kafka.tools.StorageTool \
-      format --standalone -t "$(cat /proc/sys/kernel/random/uuid | tr -d - | head -c 22)" -c "$state/server.properties" >"$state/format.log" 2>&1 \
-      || "$java" -cp "$lib/*" kafka.tools.StorageTool format -t "$("$java" -cp "$lib/*" kafka.tools.StorageTool random-uuid 2>/dev/null)" -c "$state/server.properties" >>"$state/format.log" 2>&1 \
-      || { echo "kafka: storage format failed; see $state/format.log" >&2; cat "$state/format.log" >&2; exit 1; }
+      format -t "$cid" -c "$state/server.properties" >"$state/format.log" 2>&1 \
+      || { echo "kafka: storage format failed:" >&2; cat "$state/format.log" >&2; exit 1; }
   fi
   : > "$state/kafka.log"
   nohup "$java" -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
