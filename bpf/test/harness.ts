@@ -1,0 +1,78 @@
+/**
+ * Shared plumbing for the test/e2e/edge-*.test.ts suites: builds bpf/ once, runs the C runners and
+ * the loader, manages network namespaces. Lives under bpf/ because it is bpf/'s test harness.
+ * These suites need root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN); they are skipped only when
+ * SPILLWAY_SKIP_BPF=1 is set explicitly, never silently.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const BPF_DIR = join(dirname(fileURLToPath(import.meta.url)), '..');
+export const BUILD = join(BPF_DIR, '.build');
+export const LOADER = join(BUILD, 'spillway-edge');
+export const skipBpf = process.env.SPILLWAY_SKIP_BPF === '1';
+
+let built = false;
+/** Runs bpf/build.sh (quick when up to date) and makes sure bpffs and tracefs are mounted. */
+export function buildBpf(): void {
+  if (built) return;
+  execFileSync(join(BPF_DIR, 'build.sh'), { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, SPILLWAY_BPF_REQUIRED: '1' } });
+  ensureMounts();
+  built = true;
+}
+
+export function ensureMounts(): void {
+  const mounts = execFileSync('cat', ['/proc/mounts'], { encoding: 'utf8' });
+  if (!/ \/sys\/fs\/bpf bpf /.test(mounts)) execFileSync('mount', ['-t', 'bpf', 'bpf', '/sys/fs/bpf']);
+  if (!/ \/sys\/kernel\/tracing tracefs /.test(mounts)) {
+    if (!existsSync('/sys/kernel/tracing')) mkdirSync('/sys/kernel/tracing', { recursive: true });
+    execFileSync('mount', ['-t', 'tracefs', 'tracefs', '/sys/kernel/tracing']);
+  }
+}
+
+/** Parses the JSON-lines output of a runner. */
+export function jsonLines(out: string): Record<string, unknown>[] {
+  return out
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/** Runs a command, returning stdout and the exit status without throwing. */
+export function run(cmd: string, args: string[], opts: { timeoutMs?: number; input?: string } = {}): { code: number; stdout: string; stderr: string } {
+  try {
+    const stdout = execFileSync(cmd, args, { encoding: 'utf8', timeout: opts.timeoutMs ?? 20_000, input: opts.input, stdio: ['pipe', 'pipe', 'pipe'] });
+    return { code: 0, stdout, stderr: '' };
+  } catch (e) {
+    const err = e as { status?: number; stdout?: string; stderr?: string };
+    return { code: err.status ?? -1, stdout: err.stdout ?? '', stderr: err.stderr ?? String(e) };
+  }
+}
+
+/** Spawns a long-running helper and resolves once it prints a line matching `ready`. */
+export function spawnReady(cmd: string, args: string[], ready: RegExp, timeoutMs = 5_000): Promise<{ child: ChildProcess; line: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let buf = '';
+    let errBuf = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${cmd} ${args.join(' ')}: not ready after ${timeoutMs} ms; stderr: ${errBuf}`));
+    }, timeoutMs);
+    child.stderr!.on('data', (d: Buffer) => (errBuf += d.toString()));
+    child.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const line = buf.split('\n').find((l) => ready.test(l));
+      if (line) {
+        clearTimeout(timer);
+        resolve({ child, line });
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${cmd} exited ${code} before ready; stderr: ${errBuf}`));
+    });
+  });
+}
