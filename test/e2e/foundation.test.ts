@@ -33,7 +33,10 @@ describe('the services the suite runs against', () => {
     const topic = `foundation-${randomBytes(4).toString('hex')}`;
     const admin = kafka.admin();
     await admin.connect();
-    await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1, replicationFactor: 1 }] });
+    await admin.createTopics({
+      waitForLeaders: true,
+      topics: [{ topic, numPartitions: 1, replicationFactor: 1 }],
+    });
     const producer = kafka.producer({ idempotent: true });
     await producer.connect();
     const sent = Array.from({ length: 10 }, (_, i) => ({ key: 'acme', value: `m${i}` }));
@@ -73,7 +76,11 @@ describe('spillway start', () => {
   it('starts all roles, prints the URLs, and /readyz answers 200 against real Redis and Kafka', async () => {
     const p = spawnSpillway(['start'], testEnv());
     try {
-      const port = await waitFor(() => /admin:\s+http:\/\/[\d.]+:(\d+)/.exec(p.stdout())?.[1], 'the admin URL', 30_000);
+      const port = await waitFor(
+        () => /admin:\s+http:\/\/[\d.]+:(\d+)/.exec(p.stdout())?.[1],
+        'the admin URL',
+        30_000,
+      );
       const res = await fetch(`http://127.0.0.1:${port}/readyz`);
       expect(res.status).toBe(200);
       expect(await res.json()).toMatchObject({ redis: true, kafka: true });

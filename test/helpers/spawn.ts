@@ -29,7 +29,12 @@ export function spawnSpillway(args: string[], env: Record<string, string>): Spaw
 }
 
 /** Waits until `pred` is truthy, polling; throws with `what` after `timeoutMs`. */
-export async function waitFor<T>(pred: () => T | Promise<T>, what: string, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+export async function waitFor<T>(
+  pred: () => T | Promise<T>,
+  what: string,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await pred();

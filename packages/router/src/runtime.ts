@@ -26,7 +26,10 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
-export function createRuntime(config: Readonly<Config>, logger: Logger = createLogger(config.logLevel)): Runtime {
+export function createRuntime(
+  config: Readonly<Config>,
+  logger: Logger = createLogger(config.logLevel),
+): Runtime {
   const keys = createKeys(config.prefix);
   const redis = createRedis(config.redis, { maxRetriesPerRequest: 2 });
   redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
@@ -56,18 +59,25 @@ export async function checkRedis(rt: Runtime): Promise<void> {
   try {
     info = String(await rt.redis.info('server'));
   } catch (err) {
-    throw errors.unavailable(`Redis at SPILLWAY_REDIS_URL does not answer: ${(err as Error).message}`, { cause: err });
+    throw errors.unavailable(`Redis at SPILLWAY_REDIS_URL does not answer: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   const version = /redis_version:(\S+)/.exec(info)?.[1] ?? '0.0.0';
   const [a = 0, b = 0, c = 0] = version.split('.').map(Number);
-  if (a * 1e6 + b * 1e3 + c < 7_000_008) throw errors.config(`SPILLWAY_REDIS_URL: Redis ${version} is too old; Spillway needs >= 7.0.8`);
+  if (a * 1e6 + b * 1e3 + c < 7_000_008)
+    throw errors.config(`SPILLWAY_REDIS_URL: Redis ${version} is too old; Spillway needs >= 7.0.8`);
   const policy = (await rt.redis.config('GET', 'maxmemory-policy')) as string[];
   if (policy[1] !== 'noeviction') {
-    throw errors.config(`SPILLWAY_REDIS_URL: Redis maxmemory-policy is ${policy[1]}; set it to noeviction (queued events must never be evicted)`);
+    throw errors.config(
+      `SPILLWAY_REDIS_URL: Redis maxmemory-policy is ${policy[1]}; set it to noeviction (queued events must never be evicted)`,
+    );
   }
   const aof = (await rt.redis.config('GET', 'appendonly')) as string[];
   if (aof[1] !== 'yes') {
-    rt.logger.warn('Redis has AOF off (appendonly no): a Redis restart loses accepted events. Use appendonly yes, appendfsync everysec');
+    rt.logger.warn(
+      'Redis has AOF off (appendonly no): a Redis restart loses accepted events. Use appendonly yes, appendfsync everysec',
+    );
   }
 }
 
@@ -80,12 +90,19 @@ export async function ensureSpillTopic(rt: Runtime): Promise<void> {
     if (!topics.includes(rt.config.spillTopic)) {
       await admin.createTopics({
         waitForLeaders: true,
-        topics: [{ topic: rt.config.spillTopic, numPartitions: rt.config.spillPartitions, replicationFactor: 1 }],
+        topics: [
+          { topic: rt.config.spillTopic, numPartitions: rt.config.spillPartitions, replicationFactor: 1 },
+        ],
       });
-      rt.logger.info({ topic: rt.config.spillTopic, partitions: rt.config.spillPartitions }, 'created spill topic');
+      rt.logger.info(
+        { topic: rt.config.spillTopic, partitions: rt.config.spillPartitions },
+        'created spill topic',
+      );
     }
   } catch (err) {
-    throw errors.unavailable(`Kafka at SPILLWAY_KAFKA_BROKERS does not answer: ${(err as Error).message}`, { cause: err });
+    throw errors.unavailable(`Kafka at SPILLWAY_KAFKA_BROKERS does not answer: ${(err as Error).message}`, {
+      cause: err,
+    });
   } finally {
     await admin.disconnect().catch(() => {});
   }

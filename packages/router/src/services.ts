@@ -42,7 +42,10 @@ export interface RouterServices {
   getEvent(tenantId: string, eventId: string): Promise<EventView | undefined>;
   listDlq(tenantId: string, opts?: { endpointId?: string; limit?: number }): Promise<DlqEntry[]>;
   /** Moves DLQ entries back into delivery with a fresh attempt schedule; returns how many. */
-  replayDlq(tenantId: string, opts?: { endpointId?: string; onProgress?: (done: number, total: number) => void }): Promise<number>;
+  replayDlq(
+    tenantId: string,
+    opts?: { endpointId?: string; onProgress?: (done: number, total: number) => void },
+  ): Promise<number>;
   tenantStats(tenantId: string, opts?: { detail?: boolean }): Promise<TenantStats>;
   close(): Promise<void>;
 }

@@ -54,7 +54,8 @@ export async function start(role: Role, env: NodeJS.ProcessEnv = process.env): P
     close() {
       closing ??= (async () => {
         await http.close().catch(() => {});
-        for (const h of [...handles].reverse()) await h.close().catch((err) => rt.logger.error({ err }, `closing ${h.name}`));
+        for (const h of [...handles].reverse())
+          await h.close().catch((err) => rt.logger.error({ err }, `closing ${h.name}`));
         await rt.close();
       })();
       return closing;

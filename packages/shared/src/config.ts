@@ -36,13 +36,19 @@ const port = (name: string) =>
     .refine((n) => n >= 0 && n <= 65535, `${name} must be a port number 0-65535`);
 
 const positiveInt = (name: string) =>
-  z.string().regex(/^[1-9]\d*$/, `${name} must be a positive integer`).transform(Number);
+  z
+    .string()
+    .regex(/^[1-9]\d*$/, `${name} must be a positive integer`)
+    .transform(Number);
 
 const duration = (name: string) =>
   z.string().transform((s, ctx) => {
     const ms = parseDuration(s);
     if (ms === undefined || ms <= 0) {
-      ctx.addIssue({ code: 'custom', message: `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")`,
+      });
       return z.NEVER;
     }
     return ms;
@@ -63,7 +69,8 @@ const schema = z.object({
         const [host, p] = hp.trim().split(':');
         return { host: host ?? '', port: Number(p ?? 6379) };
       });
-      if (nodes.every((n) => n.host && Number.isInteger(n.port) && n.port > 0)) return { kind: 'cluster', url: s, nodes };
+      if (nodes.every((n) => n.host && Number.isInteger(n.port) && n.port > 0))
+        return { kind: 'cluster', url: s, nodes };
     } else if (/^rediss?:\/\/[^/\s]+/.test(s) && URL.canParse(s)) {
       const u = new URL(s);
       return { kind: 'standalone', url: s, nodes: [{ host: u.hostname, port: Number(u.port || 6379) }] };
@@ -75,9 +82,19 @@ const schema = z.object({
     return z.NEVER;
   }),
   SPILLWAY_KAFKA_BROKERS: z.string().transform((s, ctx) => {
-    const list = s.split(',').map((b) => b.trim()).filter(Boolean);
-    if (list.length > 0 && list.every((b) => /^[\w.-]+:\d{1,5}$/.test(b) || /^\[[0-9a-f:]+\]:\d{1,5}$/i.test(b))) return list;
-    ctx.addIssue({ code: 'custom', message: `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")` });
+    const list = s
+      .split(',')
+      .map((b) => b.trim())
+      .filter(Boolean);
+    if (
+      list.length > 0 &&
+      list.every((b) => /^[\w.-]+:\d{1,5}$/.test(b) || /^\[[0-9a-f:]+\]:\d{1,5}$/i.test(b))
+    )
+      return list;
+    ctx.addIssue({
+      code: 'custom',
+      message: `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")`,
+    });
     return z.NEVER;
   }),
   SPILLWAY_INGEST_PORT: port('SPILLWAY_INGEST_PORT'),
@@ -97,12 +114,18 @@ const schema = z.object({
     return z.NEVER;
   }),
   SPILLWAY_TARGET_ALLOW_CIDRS: z.string().transform((s, ctx) => {
-    const list = s.split(',').map((c) => c.trim()).filter(Boolean);
+    const list = s
+      .split(',')
+      .map((c) => c.trim())
+      .filter(Boolean);
     for (const c of list) {
       try {
         ipaddr.parseCIDR(c);
       } catch {
-        ctx.addIssue({ code: 'custom', message: `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)` });
+        ctx.addIssue({
+          code: 'custom',
+          message: `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)`,
+        });
         return z.NEVER;
       }
     }
@@ -110,10 +133,15 @@ const schema = z.object({
   }),
   SPILLWAY_DEDUP_WINDOW: duration('SPILLWAY_DEDUP_WINDOW'),
   SPILLWAY_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
-    error: (i) => `SPILLWAY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent (got "${String(i.input)}")`,
+    error: (i) =>
+      `SPILLWAY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent (got "${String(i.input)}")`,
   }),
-  SPILLWAY_PREFIX: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'SPILLWAY_PREFIX must be 1-32 chars of a-z, 0-9, _ or -'),
-  SPILLWAY_SPILL_TOPIC: z.string().regex(/^[a-zA-Z0-9._-]{1,200}$/, 'SPILLWAY_SPILL_TOPIC must be a valid Kafka topic name'),
+  SPILLWAY_PREFIX: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'SPILLWAY_PREFIX must be 1-32 chars of a-z, 0-9, _ or -'),
+  SPILLWAY_SPILL_TOPIC: z
+    .string()
+    .regex(/^[a-zA-Z0-9._-]{1,200}$/, 'SPILLWAY_SPILL_TOPIC must be a valid Kafka topic name'),
   SPILLWAY_SPILL_PARTITIONS: positiveInt('SPILLWAY_SPILL_PARTITIONS'),
   SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
   SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
@@ -180,7 +208,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
 
 /** `spillway start` needs an admin token; other commands (tests, the CLI) may not. */
 export function requireAdminToken(config: Readonly<Config>): string {
-  if (!config.adminToken) throw errors.config('SPILLWAY_ADMIN_TOKEN is required for `spillway start` (set it to a long random string)');
-  if (config.adminToken.length < 16) throw errors.config('SPILLWAY_ADMIN_TOKEN must be at least 16 characters');
+  if (!config.adminToken)
+    throw errors.config(
+      'SPILLWAY_ADMIN_TOKEN is required for `spillway start` (set it to a long random string)',
+    );
+  if (config.adminToken.length < 16)
+    throw errors.config('SPILLWAY_ADMIN_TOKEN must be at least 16 characters');
   return config.adminToken;
 }

@@ -10,7 +10,13 @@ export class SpillwayError extends Error {
   /** Seconds a client should wait before trying again (503/429). */
   readonly retryAfter?: number;
 
-  constructor(code: string, apiCode: string, status: number, message: string, opts?: { cause?: unknown; retryAfter?: number }) {
+  constructor(
+    code: string,
+    apiCode: string,
+    status: number,
+    message: string,
+    opts?: { cause?: unknown; retryAfter?: number },
+  ) {
     super(message, opts?.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'SpillwayError';
     this.code = code;

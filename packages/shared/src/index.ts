@@ -1,7 +1,7 @@
-export { DEFAULTS, loadConfig, requireAdminToken, type Config, type RedisTarget } from './config.ts';
-export { parseDuration, formatDuration } from './duration.ts';
-export { SpillwayError, errors, isSpillwayError } from './errors.ts';
-export { createKeys, tenantTag, type Keys } from './keys.ts';
+export { type Config, DEFAULTS, loadConfig, type RedisTarget, requireAdminToken } from './config.ts';
+export { formatDuration, parseDuration } from './duration.ts';
+export { errors, isSpillwayError, SpillwayError } from './errors.ts';
+export { createKeys, type Keys, tenantTag } from './keys.ts';
 export { createLogger, type Logger } from './logger.ts';
 export { registry } from './metrics.ts';
 export { createRedis, type RedisClient } from './redis.ts';

@@ -1,4 +1,4 @@
-import { Registry, collectDefaultMetrics } from 'prom-client';
+import { collectDefaultMetrics, Registry } from 'prom-client';
 
 /**
  * The process-wide Prometheus registry. Packages register their metrics on it (units in names:

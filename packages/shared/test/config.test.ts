@@ -64,7 +64,14 @@ describe('loadConfig', () => {
 describe('keys', () => {
   it('hash-tags every per-tenant key and the BullMQ prefix', () => {
     const k = createKeys('spw');
-    for (const key of [k.tenant('acme'), k.endpoints('acme'), k.dedup('acme', 'e1'), k.event('acme', 'e1'), k.dlq('acme'), k.rate('acme', 'ep1')]) {
+    for (const key of [
+      k.tenant('acme'),
+      k.endpoints('acme'),
+      k.dedup('acme', 'e1'),
+      k.event('acme', 'e1'),
+      k.dlq('acme'),
+      k.rate('acme', 'ep1'),
+    ]) {
       expect(key).toContain('{t:acme}');
     }
     expect(k.bullPrefix).toBe('{spw}');
