@@ -1,7 +1,173 @@
+import swagger from '@fastify/swagger';
+import { errors, isSpillwayError, requireAdminToken, type SpillwayError, VERSION } from '@spillway/shared';
+import { Ajv } from 'ajv';
+import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import type { RoleContext, RoleHandle } from '../roles.ts';
+import type { Runtime } from '../runtime.ts';
+import type { RouterServices } from '../services.ts';
+import { ConfigStore } from '../store.ts';
+import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
+import { type AdminDeps, registerRoutes } from './routes.ts';
 
-/** Admin role: the /v1 API on the process's HTTP server. */
-export async function startAdmin({ rt }: RoleContext): Promise<RoleHandle> {
-  rt.logger.warn('admin role: not implemented yet (issue 6)');
-  return { name: 'admin', close: async () => {} };
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+/** Admin role: the /v1 API and /openapi.json on the process's HTTP server. */
+export async function startAdmin({ rt, http }: RoleContext): Promise<RoleHandle> {
+  const services = await loadServices(rt);
+  const deps: AdminDeps = { store: new ConfigStore(rt.redis, rt.keys), apiKeys: new ApiKeys(rt.redis, rt.keys), services };
+  await http.register(async (api) => registerAdminApi(api, rt, deps));
+  return {
+    name: 'admin',
+    close: async () => {
+      await services?.close();
+    },
+  };
+}
+
+/**
+ * The router engineer's `createRouterServices` lands in ../router-services.ts; until a build has it
+ * the events/dlq/stats routes answer 503 (honestly unavailable) instead of pretending.
+ */
+async function loadServices(rt: Runtime): Promise<RouterServices | undefined> {
+  const spec = '../router-services.ts';
+  let mod: { createRouterServices?: (rt: Runtime) => RouterServices | Promise<RouterServices> };
+  try {
+    mod = await import(spec);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND') {
+      rt.logger.warn('admin: router services not present; events, dlq and stats answer 503');
+      return undefined;
+    }
+    throw err;
+  }
+  return mod.createRouterServices ? await mod.createRouterServices(rt) : undefined;
+}
+
+/**
+ * Request validation with our own Ajv: fastify's default removes unknown properties and coerces
+ * types, which would turn `{"limits":{"concurrency":"16"}}` or a typo'd field into a silent success.
+ */
+function makeAjv(): Ajv {
+  return new Ajv({ removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false, strict: false });
+}
+
+async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDeps): Promise<void> {
+  const isAdmin = tokenChecker(requireAdminToken(rt.config));
+  const ajv = makeAjv();
+  api.setValidatorCompiler(({ schema }) => ajv.compile(schema));
+  // Responses are plain JSON: the response schemas document the API, they must never drop fields.
+  api.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  api.setErrorHandler((err: FastifyError | SpillwayError, req, reply) => sendError(rt, err, reply, req.url));
+
+  await api.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Spillway admin API',
+        version: VERSION,
+        description: 'Multi-tenant webhook fan-out router. Every /v1 route takes `Authorization: Bearer <token>`.',
+      },
+      components: {
+        securitySchemes: {
+          bearer: { type: 'http', scheme: 'bearer', description: 'SPILLWAY_ADMIN_TOKEN, or a tenant API key (spk_...) on the routes that say so' },
+        },
+      },
+      security: [{ bearer: [] }],
+    },
+    // biome-ignore lint/suspicious/noExplicitAny: the swagger/openapi document union is not worth modelling here
+    transformObject: (doc) => addHealthPaths((doc as { openapiObject: OpenApiDoc }).openapiObject) as any,
+  });
+
+  await api.register(
+    async (v1) => {
+      v1.addHook('onRequest', async (req) => {
+        const token = bearer(req.headers.authorization);
+        if (!token) throw errors.unauthorized('missing Authorization: Bearer <token>');
+        if (isAdmin(token)) {
+          req.principal = { kind: 'admin' };
+          return;
+        }
+        const key = await deps.apiKeys.resolve(token);
+        if (!key) throw errors.unauthorized('bad token');
+        req.principal = { kind: 'tenant', tenantId: key.tenantId, keyId: key.id };
+        // A tenant key may call only routes marked tenantKey, and only for its own tenant.
+        const tid = (req.params as { tid?: string }).tid;
+        if (!req.routeOptions.config.tenantKey) throw errors.forbidden('a tenant API key cannot call this route');
+        if (tid !== key.tenantId) throw errors.forbidden('a tenant API key can only reach its own tenant');
+      });
+      v1.setNotFoundHandler((req, reply) => sendError(rt, errors.notFound(`no route ${req.method} ${req.url.split('?')[0]}`), reply, req.url));
+      registerRoutes(v1, deps);
+    },
+    { prefix: '/v1' },
+  );
+
+  api.get('/openapi.json', { schema: { hide: true } }, async () => api.swagger());
+}
+
+function sendError(rt: Runtime, err: FastifyError | SpillwayError, reply: FastifyReply, url: string): FastifyReply {
+  if (isSpillwayError(err)) {
+    if (err.retryAfter !== undefined) reply.header('retry-after', String(err.retryAfter));
+    if (err.status >= 500) rt.logger.warn({ url, code: err.code, err: err.message }, 'admin request failed');
+    return reply.code(err.status).send({ error: { code: err.apiCode, message: err.message } });
+  }
+  const fe = err as FastifyError;
+  if (fe.validation) {
+    const where = fe.validationContext ?? 'body';
+    const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)?.additionalProperty;
+    const message = extra === undefined ? fe.message : `${fe.message} ("${extra}")`;
+    return reply.code(400).send({ error: { code: where === 'body' ? 'invalid_body' : 'invalid_request', message } });
+  }
+  const status = fe.statusCode ?? 500;
+  if (status >= 400 && status < 500) {
+    const code = FASTIFY_CODES[fe.code] ?? (status === 413 ? 'payload_too_large' : status === 415 ? 'unsupported_media_type' : 'bad_request');
+    return reply.code(status).send({ error: { code, message: fe.message } });
+  }
+  rt.logger.error({ err, url }, 'admin request failed');
+  return reply.code(500).send({ error: { code: 'internal', message: 'internal error' } });
+}
+
+const FASTIFY_CODES: Record<string, string> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
+};
+
+interface OpenApiDoc {
+  paths?: Record<string, unknown>;
+  [k: string]: unknown;
+}
+
+/** /healthz, /readyz and /metrics are served by ../http.ts before this plugin exists; list them too. */
+function addHealthPaths(doc: OpenApiDoc): OpenApiDoc {
+  const open = { security: [] as unknown[], tags: ['health'] };
+  const json = (description: string, properties: Record<string, unknown>) => ({
+    description,
+    content: { 'application/json': { schema: { type: 'object', properties } } },
+  });
+  return {
+    ...doc,
+    paths: {
+      ...doc.paths,
+      '/healthz': { get: { ...open, summary: 'process up', responses: { 200: json('up', { status: { type: 'string' } }) } } },
+      '/readyz': {
+        get: {
+          ...open,
+          summary: 'Redis and Kafka answer',
+          responses: {
+            200: json('ready', { status: { type: 'string' }, redis: { type: 'boolean' }, kafka: { type: 'boolean' } }),
+            503: json('not ready', { status: { type: 'string' }, redis: { type: 'boolean' }, kafka: { type: 'boolean' } }),
+          },
+        },
+      },
+      '/metrics': {
+        get: { ...open, summary: 'Prometheus metrics', responses: { 200: { description: 'Prometheus text', content: { 'text/plain': { schema: { type: 'string' } } } } } },
+      },
+    },
+  };
 }

@@ -1,0 +1,466 @@
+import { randomBytes } from 'node:crypto';
+import { type Endpoint, errors, type Rate, type Source, type SourceKind, type Tenant } from '@spillway/shared';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import ipaddr from 'ipaddr.js';
+import type { RouterServices } from '../services.ts';
+import type { ConfigStore } from '../store.ts';
+import type { ApiKeys } from './auth.ts';
+import * as s from './schemas.ts';
+
+export interface AdminDeps {
+  store: ConfigStore;
+  apiKeys: ApiKeys;
+  /** Undefined while the router's services are not available in this build: those routes answer 503. */
+  services: RouterServices | undefined;
+}
+
+/** Route option `config.tenantKey`: a tenant API key may call this route for its own tenant. */
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    tenantKey?: boolean;
+  }
+}
+
+export const TENANT_DEFAULT_LIMITS = { maxInFlight: 1000, concurrency: 16 } as const;
+export const ENDPOINT_DEFAULT_TIMEOUT_MS = 15_000;
+export const SOURCE_DEFAULT_MAX_BODY = 1_048_576;
+/** How long a replaced endpoint secret keeps signing, so receivers can roll over. */
+const SECRET_OVERLAP_MS = 24 * 3600_000;
+
+/** `whsec_` + base64 of 24 random bytes (the Standard Webhooks secret format). */
+export function generateSecret(): string {
+  return `whsec_${randomBytes(24).toString('base64')}`;
+}
+
+const newId = (prefix: string) => `${prefix}_${randomBytes(9).toString('base64url').replace(/[^A-Za-z0-9]/g, 'x')}`;
+
+type P<K extends string> = { [k in K]: string };
+
+function checkUrl(raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw errors.invalidBody(`body/url must be an absolute http:// or https:// URL`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw errors.invalidBody(`body/url must use http or https (got ${u.protocol})`);
+  if (!u.hostname) throw errors.invalidBody('body/url must name a host');
+  return u.toString();
+}
+
+function checkCidrs(list: string[] | undefined): string[] | undefined {
+  if (list === undefined) return undefined;
+  return list.map((c, i) => {
+    try {
+      const [addr, bits] = ipaddr.parseCIDR(c);
+      return `${addr.toString()}/${bits}`;
+    } catch {
+      throw errors.invalidBody(`body/allowCidrs/${i} is not a CIDR like 192.30.252.0/22 or 2001:db8::/32 (got "${c}")`);
+    }
+  });
+}
+
+function checkSourceSecret(kind: SourceKind, secret: string): void {
+  // Standard Webhooks keys are the base64 part of whsec_...; anything else could never verify.
+  if (kind === 'standard') {
+    const b64 = secret.startsWith('whsec_') ? secret.slice(6) : '';
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64) || Buffer.from(b64, 'base64').length < 16) {
+      throw errors.invalidBody('body/secret for kind standard must be whsec_ + base64 of at least 16 bytes');
+    }
+  }
+}
+
+/** Bodies that are optional as a whole: no body at all means `{}` (then validated as usual). */
+async function emptyBodyIsObject(req: FastifyRequest): Promise<void> {
+  if (req.body === undefined || req.body === null) req.body = {};
+}
+
+const withIngestPath = (src: Source) => ({ ...src, ingestPath: `/ingest/${src.id}` });
+
+function needServices(d: AdminDeps): RouterServices {
+  if (!d.services) throw errors.unavailable('the router services are not available in this process', { retryAfter: 5 });
+  return d.services;
+}
+
+/** Every /v1 route. Registered under the `/v1` prefix by ./index.ts (auth and errors live there). */
+export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
+  const { store, apiKeys } = d;
+
+  // --- tenants -------------------------------------------------------------------------------
+  app.post<{ Body: { id?: string; limits?: { maxInFlight?: number; concurrency?: number; rate?: Rate } } }>(
+    '/tenants',
+    { schema: { tags: ['tenants'], body: s.createTenantBody, response: { 201: s.tenantSchema, ...s.errorsFor(400, 401, 409) } } },
+    async (req, reply) => {
+      const b = req.body;
+      const tenant: Tenant = {
+        id: b.id ?? newId('tn'),
+        limits: {
+          maxInFlight: b.limits?.maxInFlight ?? TENANT_DEFAULT_LIMITS.maxInFlight,
+          concurrency: b.limits?.concurrency ?? TENANT_DEFAULT_LIMITS.concurrency,
+          ...(b.limits?.rate ? { rate: b.limits.rate } : {}),
+        },
+        status: 'active',
+        createdAt: new Date().toISOString(),
+      };
+      return reply.code(201).send(await store.createTenant(tenant));
+    },
+  );
+
+  app.get('/tenants', { schema: { tags: ['tenants'], response: { 200: s.list(s.tenantSchema), ...s.errorsFor(401) } } }, async () => ({
+    data: await store.listTenants(),
+  }));
+
+  app.get<{ Params: P<'tid'> }>(
+    '/tenants/:tid',
+    { schema: { tags: ['tenants'], params: s.tidParams, response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) } } },
+    async (req) => store.requireTenant(req.params.tid),
+  );
+
+  app.patch<{ Params: P<'tid'>; Body: { limits: { maxInFlight?: number; concurrency?: number; rate?: Rate | null } } }>(
+    '/tenants/:tid',
+    {
+      schema: { tags: ['tenants'], params: s.tidParams, body: s.patchTenantBody, response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) } },
+    },
+    async (req) =>
+      store.updateTenant(req.params.tid, (t) => {
+        const l = req.body.limits;
+        const limits = { ...t.limits, ...(l.maxInFlight ? { maxInFlight: l.maxInFlight } : {}), ...(l.concurrency ? { concurrency: l.concurrency } : {}) };
+        if (l.rate === null) delete limits.rate;
+        else if (l.rate) limits.rate = l.rate;
+        return { ...t, limits };
+      }),
+  );
+
+  app.delete<{ Params: P<'tid'> }>(
+    '/tenants/:tid',
+    { schema: { tags: ['tenants'], params: s.tidParams, response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    async (req, reply) => {
+      await store.deleteTenant(req.params.tid);
+      await apiKeys.revokeAll(req.params.tid);
+      return reply.code(204).send();
+    },
+  );
+
+  for (const [action, status] of [
+    ['pause', 'paused'],
+    ['resume', 'active'],
+  ] as const) {
+    app.post<{ Params: P<'tid'> }>(
+      `/tenants/:tid/${action}`,
+      { schema: { tags: ['tenants'], params: s.tidParams, response: { 200: s.statusSchema, ...s.errorsFor(400, 401, 404) } } },
+      async (req) => {
+        // updateTenant publishes the change; every worker's ConfigCache drops the tenant at once.
+        const t = await store.updateTenant(req.params.tid, (cur) => ({ ...cur, status }));
+        return { id: t.id, status: t.status };
+      },
+    );
+  }
+
+  app.get<{ Params: P<'tid'>; Querystring: { detail?: 'workers' } }>(
+    '/tenants/:tid/stats',
+    {
+      config: { tenantKey: true },
+      schema: {
+        tags: ['tenants'],
+        params: s.tidParams,
+        querystring: s.statsQuery,
+        response: { 200: s.statsSchema, ...s.errorsFor(400, 401, 403, 404, 503) },
+      },
+    },
+    async (req) => {
+      const t = await store.requireTenant(req.params.tid);
+      const stats = await needServices(d).tenantStats(t.id, { detail: req.query.detail === 'workers' });
+      // The tenant record is the truth for status (stats may lag by a heartbeat).
+      return { ...stats, status: t.status };
+    },
+  );
+
+  // --- tenant API keys -----------------------------------------------------------------------
+  app.post<{ Params: P<'tid'>; Body: { name?: string } | undefined }>(
+    '/tenants/:tid/keys',
+    {
+      preValidation: emptyBodyIsObject,
+      schema: {
+        tags: ['keys'],
+        params: s.tidParams,
+        body: s.createApiKeyBody,
+        response: { 201: s.apiKeySchema, ...s.errorsFor(400, 401, 404) },
+      },
+    },
+    async (req, reply) => {
+      await store.requireTenant(req.params.tid);
+      const { record, key } = await apiKeys.create(req.params.tid, req.body?.name);
+      return reply.code(201).send({ ...record, key });
+    },
+  );
+
+  app.get<{ Params: P<'tid'> }>(
+    '/tenants/:tid/keys',
+    { schema: { tags: ['keys'], params: s.tidParams, response: { 200: s.list(s.apiKeySchema), ...s.errorsFor(400, 401, 404) } } },
+    async (req) => {
+      await store.requireTenant(req.params.tid);
+      return { data: await apiKeys.list(req.params.tid) };
+    },
+  );
+
+  app.delete<{ Params: P<'tid' | 'kid'> }>(
+    '/tenants/:tid/keys/:kid',
+    { schema: { tags: ['keys'], params: s.tidKidParams, response: { 204: { description: 'revoked', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    async (req, reply) => {
+      await apiKeys.revoke(req.params.tid, req.params.kid);
+      return reply.code(204).send();
+    },
+  );
+
+  // --- endpoints -----------------------------------------------------------------------------
+  type EndpointBody = { id?: string; url: string; eventTypes?: string[]; secret?: string; rate?: Rate; timeoutMs?: number };
+  app.post<{ Params: P<'tid'>; Body: EndpointBody }>(
+    '/tenants/:tid/endpoints',
+    {
+      schema: {
+        tags: ['endpoints'],
+        params: s.tidParams,
+        body: s.createEndpointBody,
+        response: { 201: s.endpointSchema, ...s.errorsFor(400, 401, 404, 409) },
+      },
+    },
+    async (req, reply) => {
+      const b = req.body;
+      const ep: Endpoint = {
+        id: b.id ?? newId('ep'),
+        tenantId: req.params.tid,
+        url: checkUrl(b.url),
+        eventTypes: b.eventTypes ?? ['*'],
+        secret: b.secret ?? generateSecret(),
+        ...(b.rate ? { rate: b.rate } : {}),
+        timeoutMs: b.timeoutMs ?? ENDPOINT_DEFAULT_TIMEOUT_MS,
+        status: 'active',
+        createdAt: new Date().toISOString(),
+      };
+      return reply.code(201).send(await store.createEndpoint(ep));
+    },
+  );
+
+  app.get<{ Params: P<'tid'> }>(
+    '/tenants/:tid/endpoints',
+    { schema: { tags: ['endpoints'], params: s.tidParams, response: { 200: s.list(s.endpointSchema), ...s.errorsFor(400, 401, 404) } } },
+    async (req) => {
+      await store.requireTenant(req.params.tid);
+      return { data: await store.listEndpoints(req.params.tid) };
+    },
+  );
+
+  app.get<{ Params: P<'tid' | 'eid'> }>(
+    '/tenants/:tid/endpoints/:eid',
+    { schema: { tags: ['endpoints'], params: s.tidEidParams, response: { 200: s.endpointSchema, ...s.errorsFor(400, 401, 404) } } },
+    async (req) => {
+      await store.requireTenant(req.params.tid);
+      return store.requireEndpoint(req.params.tid, req.params.eid);
+    },
+  );
+
+  app.patch<{ Params: P<'tid' | 'eid'>; Body: Partial<Omit<EndpointBody, 'id' | 'rate'>> & { rate?: Rate | null } }>(
+    '/tenants/:tid/endpoints/:eid',
+    {
+      schema: {
+        tags: ['endpoints'],
+        params: s.tidEidParams,
+        body: s.patchEndpointBody,
+        response: { 200: s.endpointSchema, ...s.errorsFor(400, 401, 404) },
+      },
+    },
+    async (req) => {
+      const b = req.body;
+      const url = b.url === undefined ? undefined : checkUrl(b.url);
+      await store.requireTenant(req.params.tid);
+      return store.updateEndpoint(req.params.tid, req.params.eid, (ep) => {
+        const next: Endpoint = { ...ep };
+        if (url) next.url = url;
+        if (b.eventTypes) next.eventTypes = b.eventTypes;
+        if (b.timeoutMs) next.timeoutMs = b.timeoutMs;
+        if (b.rate === null) delete next.rate;
+        else if (b.rate) next.rate = b.rate;
+        if (b.secret && b.secret !== ep.secret) {
+          // Rotation: the old secret keeps signing alongside the new one for a day.
+          const now = Date.now();
+          const kept = (ep.previousSecrets ?? []).filter((p) => Date.parse(p.expiresAt) > now);
+          next.previousSecrets = [...kept, { secret: ep.secret, expiresAt: new Date(now + SECRET_OVERLAP_MS).toISOString() }];
+          next.secret = b.secret;
+        }
+        return next;
+      });
+    },
+  );
+
+  app.delete<{ Params: P<'tid' | 'eid'> }>(
+    '/tenants/:tid/endpoints/:eid',
+    { schema: { tags: ['endpoints'], params: s.tidEidParams, response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    async (req, reply) => {
+      await store.requireTenant(req.params.tid);
+      await store.deleteEndpoint(req.params.tid, req.params.eid);
+      return reply.code(204).send();
+    },
+  );
+
+  for (const [action, status] of [
+    ['pause', 'paused'],
+    ['resume', 'active'],
+  ] as const) {
+    app.post<{ Params: P<'tid' | 'eid'> }>(
+      `/tenants/:tid/endpoints/:eid/${action}`,
+      { schema: { tags: ['endpoints'], params: s.tidEidParams, response: { 200: s.endpointStatusSchema, ...s.errorsFor(400, 401, 404) } } },
+      async (req) => {
+        await store.requireTenant(req.params.tid);
+        const ep = await store.updateEndpoint(req.params.tid, req.params.eid, (cur) => {
+          const next: Endpoint = { ...cur, status };
+          // Resuming is also how an operator re-enables an endpoint that was disabled (e.g. 410).
+          if (status === 'active') delete next.disabledReason;
+          return next;
+        });
+        return { id: ep.id, status: ep.status };
+      },
+    );
+  }
+
+  // --- sources -------------------------------------------------------------------------------
+  type SourceBody = { id?: string; kind: SourceKind; secret: string; allowCidrs?: string[]; maxBodyBytes?: number; rate?: Rate };
+  app.post<{ Params: P<'tid'>; Body: SourceBody }>(
+    '/tenants/:tid/sources',
+    {
+      schema: { tags: ['sources'], params: s.tidParams, body: s.createSourceBody, response: { 201: s.sourceSchema, ...s.errorsFor(400, 401, 404, 409) } },
+    },
+    async (req, reply) => {
+      const b = req.body;
+      checkSourceSecret(b.kind, b.secret);
+      const allowCidrs = checkCidrs(b.allowCidrs);
+      const src: Source = {
+        id: b.id ?? newId('src'),
+        tenantId: req.params.tid,
+        kind: b.kind,
+        secret: b.secret,
+        ...(allowCidrs ? { allowCidrs } : {}),
+        maxBodyBytes: b.maxBodyBytes ?? SOURCE_DEFAULT_MAX_BODY,
+        ...(b.rate ? { rate: b.rate } : {}),
+        createdAt: new Date().toISOString(),
+      };
+      return reply.code(201).send(withIngestPath(await store.createSource(src)));
+    },
+  );
+
+  app.get<{ Params: P<'tid'> }>(
+    '/tenants/:tid/sources',
+    { schema: { tags: ['sources'], params: s.tidParams, response: { 200: s.list(s.sourceSchema), ...s.errorsFor(400, 401, 404) } } },
+    async (req) => {
+      await store.requireTenant(req.params.tid);
+      return { data: (await store.listSources(req.params.tid)).map(withIngestPath) };
+    },
+  );
+
+  app.get<{ Params: P<'tid' | 'sid'> }>(
+    '/tenants/:tid/sources/:sid',
+    { schema: { tags: ['sources'], params: s.tidSidParams, response: { 200: s.sourceSchema, ...s.errorsFor(400, 401, 404) } } },
+    async (req) => {
+      await store.requireTenant(req.params.tid);
+      const src = await store.getSource(req.params.sid);
+      // Sources live in one global hash: another tenant's source is "not found" here, not a leak.
+      if (!src || src.tenantId !== req.params.tid) throw errors.notFound(`source ${req.params.sid} not found`);
+      return withIngestPath(src);
+    },
+  );
+
+  app.delete<{ Params: P<'tid' | 'sid'> }>(
+    '/tenants/:tid/sources/:sid',
+    { schema: { tags: ['sources'], params: s.tidSidParams, response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    async (req, reply) => {
+      await store.requireTenant(req.params.tid);
+      await store.deleteSource(req.params.tid, req.params.sid);
+      return reply.code(204).send();
+    },
+  );
+
+  // --- events --------------------------------------------------------------------------------
+  app.post<{ Params: P<'tid'>; Body: { id?: string; type: string; payload: unknown } }>(
+    '/tenants/:tid/events',
+    {
+      config: { tenantKey: true },
+      schema: {
+        tags: ['events'],
+        params: s.tidParams,
+        body: s.createEventBody,
+        response: {
+          202: { description: 'accepted and durable', ...s.eventAcceptedSchema },
+          200: { description: 'seen within the dedup window; not delivered again', ...s.eventAcceptedSchema },
+          ...s.errorsFor(400, 401, 403, 404, 413, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const services = needServices(d);
+      await store.requireTenant(req.params.tid);
+      const r = await services.intake.submit({
+        tenantId: req.params.tid,
+        id: req.body.id ?? newId('evt'),
+        type: req.body.type,
+        receivedAt: Date.now(),
+        contentType: 'application/json',
+        body: Buffer.from(JSON.stringify(req.body.payload)),
+      });
+      return r.duplicate ? reply.code(200).send({ id: r.id, duplicate: true }) : reply.code(202).send({ id: r.id });
+    },
+  );
+
+  app.get<{ Params: P<'tid' | 'eid'> }>(
+    '/tenants/:tid/events/:eid',
+    {
+      config: { tenantKey: true },
+      schema: { tags: ['events'], params: s.tidEidParams, response: { 200: s.eventSchema, ...s.errorsFor(400, 401, 403, 404, 503) } },
+    },
+    async (req) => {
+      const services = needServices(d);
+      await store.requireTenant(req.params.tid);
+      const ev = await services.getEvent(req.params.tid, req.params.eid);
+      if (!ev) throw errors.notFound(`event ${req.params.eid} not found`);
+      return ev;
+    },
+  );
+
+  // --- dead letters --------------------------------------------------------------------------
+  app.get<{ Params: P<'tid'>; Querystring: { endpointId?: string; limit?: string } }>(
+    '/tenants/:tid/dlq',
+    {
+      schema: {
+        tags: ['dlq'],
+        params: s.tidParams,
+        querystring: s.dlqQuery,
+        response: { 200: s.list(s.dlqEntrySchema), ...s.errorsFor(400, 401, 404, 503) },
+      },
+    },
+    async (req) => {
+      const services = needServices(d);
+      await store.requireTenant(req.params.tid);
+      const limit = Math.min(Number(req.query.limit ?? 100), 1000);
+      return { data: await services.listDlq(req.params.tid, { ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}), limit }) };
+    },
+  );
+
+  app.post<{ Params: P<'tid'>; Body: { endpointId?: string } | undefined }>(
+    '/tenants/:tid/dlq/replay',
+    {
+      preValidation: emptyBodyIsObject,
+      schema: {
+        tags: ['dlq'],
+        params: s.tidParams,
+        body: s.replayBody,
+        response: { 202: s.replaySchema, ...s.errorsFor(400, 401, 404, 503) },
+      },
+    },
+    async (req, reply) => {
+      const services = needServices(d);
+      await store.requireTenant(req.params.tid);
+      const endpointId = req.body?.endpointId;
+      if (endpointId) await store.requireEndpoint(req.params.tid, endpointId);
+      const replayed = await services.replayDlq(req.params.tid, endpointId ? { endpointId } : {});
+      return reply.code(202).send({ replayed });
+    },
+  );
+}
