@@ -1,0 +1,173 @@
+import { EventEmitter } from 'node:events';
+import type { Logger } from '@spillway/shared';
+import { LRUCache } from 'lru-cache';
+import CircuitBreaker from 'opossum';
+import { breakerState as breakerGauge } from './metrics.ts';
+
+/**
+ * One opossum breaker per endpoint, created on first use and kept in an LRU: an idle or evicted
+ * endpoint's breaker is `shutdown()` (timers and listeners released). All breakers rotate their
+ * rolling-window buckets off one shared timer instead of one setInterval each.
+ */
+
+export type BreakerStateName = 'closed' | 'open' | 'half-open';
+
+export interface BreakerOptions {
+  /** Attempts in the rolling window before the error rate is judged (≥ 10). Default 10. */
+  volumeThreshold?: number;
+  /** Failure percentage (of attempts in the window) that opens the breaker. Default 50. */
+  errorThresholdPercentage?: number;
+  /** How long an open breaker waits before letting one probe through (half-open). Default 30 s. */
+  resetTimeoutMs?: number;
+  /** Rolling statistics window. Default 10 s in 10 buckets. */
+  rollingCountTimeoutMs?: number;
+  rollingCountBuckets?: number;
+  /** Breakers kept at once; least recently used are shut down. Default 10 000. */
+  max?: number;
+  /** A breaker unused for this long is shut down. Default 10 min. */
+  idleMs?: number;
+}
+
+/** Thrown by an attempt that failed; `counts` says whether the breaker should hold it against the endpoint. */
+export class AttemptFailure extends Error {
+  readonly counts: boolean;
+  readonly payload: unknown;
+  constructor(message: string, counts: boolean, payload: unknown) {
+    super(message);
+    this.name = 'AttemptFailure';
+    this.counts = counts;
+    this.payload = payload;
+  }
+}
+
+type Run = (signal: AbortSignal) => Promise<unknown>;
+
+interface Entry {
+  breaker: CircuitBreaker<[Run], unknown>;
+  openedAt: number;
+  tenantId: string;
+  endpointId: string;
+}
+
+export class Breakers {
+  readonly #opts: Required<BreakerOptions>;
+  readonly #lru: LRUCache<string, Entry>;
+  readonly #rotate = new EventEmitter();
+  readonly #timer: NodeJS.Timeout;
+  readonly #logger: Logger | undefined;
+
+  constructor(opts: BreakerOptions = {}, logger?: Logger) {
+    this.#opts = {
+      volumeThreshold: 10,
+      errorThresholdPercentage: 50,
+      resetTimeoutMs: 30_000,
+      rollingCountTimeoutMs: 10_000,
+      rollingCountBuckets: 10,
+      max: 10_000,
+      idleMs: 600_000,
+      ...opts,
+    };
+    // Below 10 attempts a couple of unlucky timeouts would open a healthy endpoint's breaker.
+    this.#opts.volumeThreshold = Math.max(10, this.#opts.volumeThreshold);
+    this.#logger = logger;
+    this.#rotate.setMaxListeners(0);
+    this.#timer = setInterval(
+      () => this.#rotate.emit('rotate'),
+      Math.max(10, Math.floor(this.#opts.rollingCountTimeoutMs / this.#opts.rollingCountBuckets)),
+    );
+    this.#timer.unref();
+    this.#lru = new LRUCache<string, Entry>({
+      max: this.#opts.max,
+      ttl: this.#opts.idleMs,
+      updateAgeOnGet: true,
+      ttlAutopurge: true,
+      dispose: (e) => {
+        e.breaker.shutdown();
+        breakerGauge.remove(e.tenantId, e.endpointId);
+      },
+    });
+  }
+
+  #key(tenantId: string, endpointId: string): string {
+    return `${tenantId}\u0000${endpointId}`;
+  }
+
+  /** The endpoint's breaker, created lazily. `timeoutMs` is the endpoint's request timeout. */
+  get(tenantId: string, endpointId: string, timeoutMs: number): Entry {
+    const key = this.#key(tenantId, endpointId);
+    let e = this.#lru.get(key);
+    if (e) {
+      // Safety net only: undici times the request out first (see dispatcher).
+      (e.breaker as unknown as { options: { timeout: number } }).options.timeout = timeoutMs + 5_000;
+      return e;
+    }
+    const breaker: CircuitBreaker<[Run], unknown> = new CircuitBreaker<[Run], unknown>((run: Run): Promise<unknown> => run((breaker as unknown as { getSignal(): AbortSignal | undefined }).getSignal() ?? new AbortController().signal), {
+      name: `${tenantId}/${endpointId}`,
+      timeout: timeoutMs + 5_000,
+      // If opossum's own timeout fires, this aborts the request it gave up on.
+      abortController: new AbortController(),
+      autoRenewAbortController: true,
+      volumeThreshold: this.#opts.volumeThreshold,
+      errorThresholdPercentage: this.#opts.errorThresholdPercentage,
+      resetTimeout: this.#opts.resetTimeoutMs,
+      rollingCountTimeout: this.#opts.rollingCountTimeoutMs,
+      rollingCountBuckets: this.#opts.rollingCountBuckets,
+      rollingPercentilesEnabled: false,
+      enableSnapshots: false,
+      rotateBucketController: this.#rotate,
+      // The receiver's own 4xx (bad payload, auth) says nothing about its health; 408 and 429 do.
+      errorFilter: (err: unknown) => err instanceof AttemptFailure && !err.counts,
+    } as CircuitBreaker.Options);
+    const entry: Entry = { breaker, openedAt: 0, tenantId, endpointId };
+    const log = (state: BreakerStateName, value: number) => {
+      breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, value);
+      this.#logger?.info({ tenantId, endpointId, state }, 'endpoint breaker state');
+    };
+    breaker.on('open', () => {
+      entry.openedAt = Date.now();
+      log('open', 2);
+    });
+    breaker.on('halfOpen', () => log('half-open', 1));
+    breaker.on('close', () => log('closed', 0));
+    breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, 0);
+    this.#lru.set(key, entry);
+    return entry;
+  }
+
+  /** Without creating one: an endpoint never tried is closed. */
+  state(tenantId: string, endpointId: string): BreakerStateName {
+    const e = this.#lru.peek(this.#key(tenantId, endpointId));
+    if (!e) return 'closed';
+    return stateOf(e.breaker);
+  }
+
+  /**
+   * Whether an attempt may be made now; when not, how long until the breaker is likely to let a
+   * probe through (the task waits on the retry schedule meanwhile, holding nothing).
+   */
+  admit(tenantId: string, endpointId: string): { ok: true } | { ok: false; retryAfterMs: number } {
+    const e = this.#lru.peek(this.#key(tenantId, endpointId));
+    if (!e) return { ok: true };
+    const b = e.breaker;
+    if (b.closed || b.pendingClose) return { ok: true };
+    return { ok: false, retryAfterMs: this.retryAfter(e) };
+  }
+
+  retryAfter(e: Entry): number {
+    const reset = this.#opts.resetTimeoutMs;
+    // Half-open with the probe already out: check back soon, the probe decides.
+    if (e.breaker.halfOpen) return Math.max(100, Math.min(reset, 1_000));
+    return Math.max(100, e.openedAt + reset - Date.now());
+  }
+
+  close(): void {
+    clearInterval(this.#timer);
+    this.#lru.clear();
+  }
+}
+
+export function stateOf(b: CircuitBreaker<never[], unknown> | CircuitBreaker<[Run], unknown>): BreakerStateName {
+  if (b.halfOpen) return 'half-open';
+  if (b.opened) return 'open';
+  return 'closed';
+}

@@ -1,0 +1,259 @@
+import type { Endpoint, Keys, Logger, RateGate, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
+import { VERSION } from '@spillway/shared';
+import pLimit, { type LimitFunction } from 'p-limit';
+import { AttemptFailure, type BreakerOptions, Breakers, type BreakerStateName } from './breakers.ts';
+import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
+import { attemptSeconds, attemptsTotal, inFlightGauge } from './metrics.ts';
+import { TenantPools } from './pools.ts';
+import { parseRetryAfter } from './retry.ts';
+import { signingSecrets, signPayload } from './sign.ts';
+import type { LookupFn } from './ssrf.ts';
+
+/** One delivery of one event to one endpoint, as the router hands it over. */
+export interface DeliveryTask {
+  tenantId: string;
+  eventId: string;
+  endpointId: string;
+  /** 1-based: the attempt about to be made. */
+  attempt: number;
+  event: SpillwayEvent;
+}
+
+/**
+ * What one attempt came to.
+ * - `delivered`: a 2xx within the endpoint's timeout.
+ * - `retry`: try again on the schedule (`retryAfterMs` from a 429/503 Retry-After, if any).
+ * - `fail`: permanent, no more attempts: `target_forbidden` (SSRF guard), `gone` (HTTP 410: the
+ *   router disables the endpoint), `invalid_url`.
+ * - `deferred`: no request was made because the endpoint's breaker is open; no slot was held.
+ */
+export type AttemptOutcome =
+  | { kind: 'delivered'; status: number; durationMs: number }
+  | { kind: 'retry'; status?: number; error: string; retryAfterMs?: number }
+  | { kind: 'fail'; status?: number; error: string }
+  | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number };
+
+export interface DispatcherOptions {
+  redis: RedisClient;
+  keys: Keys;
+  logger: Logger;
+  /** SPILLWAY_TARGET_ALLOW_CIDRS: private/loopback ranges deliveries may reach anyway. */
+  allowCidrs: string[];
+  /** Rate gate for tenant and endpoint rates; default a LeasedLimiter on `redis` (closed with the dispatcher). */
+  limiter?: RateGate;
+  /** Options for the default LeasedLimiter. */
+  limiterOptions?: Omit<LeasedLimiterOptions, 'redis' | 'logger'>;
+  /** Default `Spillway/<VERSION>`. */
+  userAgent?: string;
+  breaker?: BreakerOptions;
+  /** Sockets per origin per tenant (capped by the tenant's concurrency). Default 16. */
+  connectionsPerOrigin?: number;
+  /** Bytes of a response body read before the rest is discarded. Default 64 KiB. */
+  maxResponseBytes?: number;
+  /** Replaces dns.lookup for outbound connections (tests). */
+  lookup?: LookupFn;
+}
+
+const DEFAULT_CONCURRENCY = 16;
+
+interface TenantSlots {
+  limit: LimitFunction;
+  open: number;
+}
+
+/**
+ * Turns a delivery task into one HTTP attempt. Steps, in order, each holding as little as it can:
+ *   breaker pre-check → rate (tenant, then endpoint; waits holding no slot) → tenant p-limit slot →
+ *   endpoint breaker → sign → undici request on the tenant's Agent (SSRF-guarded connector) → classify.
+ * Durable state (retry jobs, DLQ, delivery records) is the router's; this only says what happened.
+ */
+export class Dispatcher {
+  readonly #keys: Keys;
+  readonly #logger: Logger;
+  readonly #limiter: RateGate;
+  readonly #ownsLimiter: boolean;
+  readonly #userAgent: string;
+  readonly #pools: TenantPools;
+  readonly #breakers: Breakers;
+  readonly #slots = new Map<string, TenantSlots>();
+  readonly #maxResponseBytes: number;
+  readonly #closing = new AbortController();
+
+  constructor(opts: DispatcherOptions) {
+    this.#keys = opts.keys;
+    this.#logger = opts.logger;
+    this.#ownsLimiter = opts.limiter === undefined;
+    this.#limiter = opts.limiter ?? new LeasedLimiter({ ...opts.limiterOptions, redis: opts.redis, logger: opts.logger });
+    this.#userAgent = opts.userAgent ?? `Spillway/${VERSION}`;
+    this.#pools = new TenantPools({
+      allowCidrs: opts.allowCidrs,
+      ...(opts.connectionsPerOrigin === undefined ? {} : { connectionsPerOrigin: opts.connectionsPerOrigin }),
+      ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
+    });
+    this.#breakers = new Breakers(opts.breaker, opts.logger);
+    this.#maxResponseBytes = opts.maxResponseBytes ?? 64 * 1024;
+  }
+
+  async dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome> {
+    const outcome = await this.#dispatch(task, tenant, endpoint);
+    attemptsTotal.inc({ outcome: outcome.kind });
+    if (outcome.kind !== 'delivered') {
+      this.#logger.debug({ tenantId: task.tenantId, eventId: task.eventId, endpointId: task.endpointId, attempt: task.attempt, outcome }, 'delivery attempt');
+    }
+    return outcome;
+  }
+
+  async #dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome> {
+    let url: URL;
+    try {
+      url = new URL(endpoint.url);
+    } catch {
+      return { kind: 'fail', error: 'invalid_url' };
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') return { kind: 'fail', error: 'invalid_url' };
+
+    // An open breaker would refuse the attempt anyway: do not spend rate tokens on it.
+    const pre = this.#breakers.admit(task.tenantId, task.endpointId);
+    if (!pre.ok) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: pre.retryAfterMs };
+
+    const signal = this.#closing.signal;
+    try {
+      if (tenant.limits.rate) await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
+      if (endpoint.rate) await this.#limiter.acquire(this.#keys.rate(task.tenantId, `ep:${task.endpointId}`), endpoint.rate, signal);
+    } catch (err) {
+      if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
+      throw err;
+    }
+
+    const slots = this.#tenantSlots(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
+    return slots.limit(async () => {
+      if (signal.aborted) return { kind: 'retry', error: 'shutdown' } as AttemptOutcome;
+      const entry = this.#breakers.get(task.tenantId, task.endpointId, endpoint.timeoutMs);
+      const b = entry.breaker;
+      if (!b.closed && !b.pendingClose) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) } as AttemptOutcome;
+      slots.open++;
+      inFlightGauge.inc({ tenant: task.tenantId });
+      try {
+        return (await b.fire((breakerSignal) => this.#attempt(task, endpoint, url, tenant, breakerSignal))) as AttemptOutcome;
+      } catch (err) {
+        if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
+        const code = (err as { code?: string }).code;
+        if (code === 'EOPENBREAKER') return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) } as AttemptOutcome;
+        if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' } as AttemptOutcome;
+        return { kind: 'retry', error: `connect_error: ${(err as Error).message}` } as AttemptOutcome;
+      } finally {
+        slots.open--;
+        inFlightGauge.dec({ tenant: task.tenantId });
+      }
+    });
+  }
+
+  /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
+  async #attempt(task: DeliveryTask, endpoint: Endpoint, url: URL, tenant: Tenant, breakerSignal: AbortSignal): Promise<AttemptOutcome> {
+    const started = performance.now();
+    const ts = Math.floor(Date.now() / 1000);
+    const body = task.event.body;
+    const headers = {
+      'content-type': task.event.contentType,
+      'webhook-id': task.eventId,
+      'webhook-timestamp': String(ts),
+      'webhook-signature': signPayload(signingSecrets(endpoint), task.eventId, ts, body),
+      'spillway-event-type': task.event.type,
+      'user-agent': this.#userAgent,
+    };
+    const timeoutMs = endpoint.timeoutMs;
+    const signal = AbortSignal.any([breakerSignal, this.#closing.signal, AbortSignal.timeout(timeoutMs)]);
+    const agent = this.#pools.agent(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
+    const done = (o: AttemptOutcome, counts: boolean): AttemptOutcome => {
+      attemptSeconds.observe({ outcome: o.kind }, (performance.now() - started) / 1000);
+      if (o.kind === 'delivered') return o;
+      throw new AttemptFailure(o.kind === 'deferred' ? 'deferred' : o.error, counts, o);
+    };
+    let status: number;
+    let retryAfter: string | string[] | undefined;
+    try {
+      const res = await agent.request({
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: 'POST',
+        headers,
+        body,
+        signal,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      });
+      status = res.statusCode;
+      retryAfter = res.headers['retry-after'];
+      // Read a little (lets keep-alive reuse the socket) and drop the rest with the socket.
+      await res.body.dump({ limit: this.#maxResponseBytes, signal }).catch(() => {});
+    } catch (err) {
+      return done(classifyError(err, signal), true);
+    }
+    const durationMs = Math.round(performance.now() - started);
+    if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);
+    if (status === 410) return done({ kind: 'fail', status, error: 'gone' }, false);
+    const counts = status >= 500 || status < 400 || status === 408 || status === 429;
+    if (status === 429 || status === 503) {
+      const ra = parseRetryAfter(retryAfter);
+      return done({ kind: 'retry', status, error: `http_${status}`, ...(ra === undefined ? {} : { retryAfterMs: ra }) }, counts);
+    }
+    return done({ kind: 'retry', status, error: `http_${status}` }, counts);
+  }
+
+  #tenantSlots(tenantId: string, concurrency: number): TenantSlots {
+    let s = this.#slots.get(tenantId);
+    if (!s) {
+      s = { limit: pLimit(concurrency), open: 0 };
+      this.#slots.set(tenantId, s);
+    } else if (s.limit.concurrency !== concurrency) {
+      // PATCHed limits take effect without dropping queued tasks.
+      s.limit.concurrency = concurrency;
+    }
+    return s;
+  }
+
+  breakerState(tenantId: string, endpointId: string): BreakerStateName {
+    return this.#breakers.state(tenantId, endpointId);
+  }
+
+  /** Requests this worker has open for the tenant right now (never above its concurrency). */
+  inFlight(tenantId: string): number {
+    return this.#slots.get(tenantId)?.open ?? 0;
+  }
+
+  /** Tasks waiting for one of the tenant's concurrency slots. */
+  pending(tenantId: string): number {
+    return this.#slots.get(tenantId)?.limit.pendingCount ?? 0;
+  }
+
+  /** Aborts in-flight attempts (they come back as `retry`), then releases sockets, breakers and the limiter. */
+  async close(): Promise<void> {
+    this.#closing.abort();
+    await this.#pools.close();
+    this.#breakers.close();
+    if (this.#ownsLimiter) await this.#limiter.close();
+  }
+}
+
+function errorChain(err: unknown): { code?: string; name?: string; message?: string }[] {
+  const out: { code?: string; name?: string; message?: string }[] = [];
+  let e: unknown = err;
+  for (let i = 0; i < 5 && e && typeof e === 'object'; i++) {
+    out.push(e as { code?: string; name?: string; message?: string });
+    e = (e as { cause?: unknown }).cause;
+  }
+  return out;
+}
+
+/** Maps a failed request to an outcome: `target_forbidden` is permanent, the rest retry. */
+export function classifyError(err: unknown, signal?: AbortSignal): AttemptOutcome {
+  const chain = errorChain(err);
+  if (chain.some((e) => e.code === 'SPW_ERR_TARGET_FORBIDDEN')) return { kind: 'fail', error: 'target_forbidden' };
+  const timeout =
+    chain.some((e) => e.name === 'TimeoutError' || e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_BODY_TIMEOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT') ||
+    (signal?.aborted && (signal.reason as { name?: string } | undefined)?.name === 'TimeoutError');
+  if (timeout) return { kind: 'retry', error: 'timeout' };
+  if (signal?.aborted) return { kind: 'retry', error: 'aborted' };
+  const first = chain[0];
+  return { kind: 'retry', error: `connect_error: ${first?.code ?? first?.message ?? String(err)}` };
+}

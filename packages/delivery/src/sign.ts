@@ -1,0 +1,55 @@
+import { createHmac, randomBytes } from 'node:crypto';
+import type { Endpoint } from '@spillway/shared';
+
+/**
+ * Standard Webhooks signing (https://www.standardwebhooks.com): the signed content is
+ * `<webhook-id>.<webhook-timestamp>.<body>`, the key is the base64-decoded part of `whsec_...`, and
+ * `webhook-signature` is a space-separated list of `v1,<base64 HMAC-SHA256>` so that during a
+ * rotation the receiver accepts whichever secret it already knows.
+ */
+
+const PREFIX = 'whsec_';
+
+/** `whsec_` + base64 of 32 random bytes (the spec asks for 24 to 64). */
+export function generateSecret(): string {
+  return PREFIX + randomBytes(32).toString('base64');
+}
+
+function secretKey(secret: string): Buffer {
+  return Buffer.from(secret.startsWith(PREFIX) ? secret.slice(PREFIX.length) : secret, 'base64');
+}
+
+/** The `webhook-signature` header value: one `v1,<b64>` per secret, space-separated. */
+export function signPayload(secrets: readonly string[], msgId: string, timestampSec: number, body: Buffer): string {
+  const head = Buffer.from(`${msgId}.${timestampSec}.`);
+  return secrets
+    .map((s) => `v1,${createHmac('sha256', secretKey(s)).update(head).update(body).digest('base64')}`)
+    .join(' ');
+}
+
+/** The endpoint's current secret first, then every previous secret whose overlap has not ended. */
+export function signingSecrets(endpoint: Pick<Endpoint, 'secret' | 'previousSecrets'>, nowMs: number = Date.now()): string[] {
+  const out = [endpoint.secret];
+  for (const p of endpoint.previousSecrets ?? []) {
+    if (Date.parse(p.expiresAt) > nowMs && !out.includes(p.secret)) out.push(p.secret);
+  }
+  return out;
+}
+
+/**
+ * A secret rotation: the new secret signs from now on and the old one keeps signing (both
+ * signatures sent) for `overlapMs`, so receivers can switch without dropping a delivery. Expired
+ * previous secrets are pruned. The admin API stores the returned fields on the endpoint.
+ */
+export function rotateSecret(
+  endpoint: Pick<Endpoint, 'secret' | 'previousSecrets'>,
+  overlapMs: number,
+  newSecret: string = generateSecret(),
+  nowMs: number = Date.now(),
+): { secret: string; previousSecrets: { secret: string; expiresAt: string }[] } {
+  const kept = (endpoint.previousSecrets ?? []).filter((p) => Date.parse(p.expiresAt) > nowMs);
+  return {
+    secret: newSecret,
+    previousSecrets: [{ secret: endpoint.secret, expiresAt: new Date(nowMs + overlapMs).toISOString() }, ...kept],
+  };
+}
