@@ -1,0 +1,270 @@
+import { performance } from 'node:perf_hooks';
+import {
+  type Intake,
+  isSpillwayError,
+  type Keys,
+  type Logger,
+  type RateGate,
+  type Source,
+  type SourceDirectory,
+  type SpillwayEvent,
+} from '@spillway/shared';
+import ipaddr from 'ipaddr.js';
+import { BodyBudget } from './budget.ts';
+import { ingestMetrics } from './metrics.ts';
+import type { BodySink, HeadDecision, IngestHandler, IngestResponse, RequestHead } from './server.ts';
+import { prepareVerifier, type Verifier } from './verify/index.ts';
+
+export interface PipelineOptions {
+  /** Sources by id (the router's ConfigCache: cached, dropped on change). */
+  sources: SourceDirectory;
+  /** The router's durable, deduplicating intake: resolves only once the event is durable. */
+  intake: Intake;
+  /** Per-source ingest rate (429 past it). Absent: sources' `rate` is not enforced. */
+  limiter?: RateGate;
+  keys: Keys;
+  logger: Logger;
+  /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
+  bodyBudgetBytes: number;
+  /** Unix milliseconds (tests move time to check timestamp tolerances). */
+  clock?: () => number;
+  /** Retry-After (seconds) sent with 503 when the intake or the body budget cannot take more. */
+  retryAfterSeconds?: number;
+}
+
+export interface IngestPipeline extends IngestHandler {
+  /** Body bytes held by requests in flight (returns to 0 when all are answered or aborted). */
+  readonly inFlightBodyBytes: number;
+}
+
+const ROUTE = /^\/ingest\/([^/?#]{1,200})\/?$/;
+const SOURCE_ID = /^[A-Za-z0-9._~-]{1,128}$/;
+/** Metric label for requests that did not name a known source (never the raw path: unbounded). */
+const NO_SOURCE = '-';
+
+type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
+const parsedCidrs = new WeakMap<Source, Cidr[]>();
+
+function error(status: number, code: string, message: string, headers?: Record<string, string>, close?: boolean): IngestResponse {
+  const r: IngestResponse = { status, body: { error: { code, message } } };
+  if (headers) r.headers = headers;
+  if (close) r.close = true;
+  return r;
+}
+
+/**
+ * The shared ingest pipeline (docs/ingest.md). Everything that can be decided from the request line
+ * and headers is decided in `begin`, before a body byte is read, cheapest first: route, method,
+ * source, allowCidrs, Content-Length, signature header and timestamp, source rate (one Redis call),
+ * body budget. Only then does the body stream, through the HMAC, into memory reserved from the
+ * budget; the event goes to the intake and the answer waits until it is durable.
+ */
+export function createPipeline(opts: PipelineOptions): IngestPipeline {
+  const { sources, intake, limiter, keys, logger } = opts;
+  const clock = opts.clock ?? Date.now;
+  const retryAfter = String(opts.retryAfterSeconds ?? 1);
+  const m = ingestMetrics();
+  const budget = new BodyBudget(opts.bodyBudgetBytes, (d) => m.inflightBodyBytes.inc(d));
+
+  const answer = (source: string, outcome: string, r: IngestResponse): IngestResponse => {
+    m.requests.inc({ source, outcome });
+    return r;
+  };
+  const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({ reject: answer(source, outcome, r) });
+
+  function allowed(src: Source, remote: string): boolean {
+    let cidrs = parsedCidrs.get(src);
+    if (!cidrs) {
+      cidrs = [];
+      for (const c of src.allowCidrs ?? []) {
+        try {
+          cidrs.push(ipaddr.parseCIDR(c));
+        } catch {
+          logger.warn({ source: src.id, cidr: c }, 'ignoring an invalid allowCidrs entry');
+        }
+      }
+      parsedCidrs.set(src, cidrs);
+    }
+    let addr: ipaddr.IPv4 | ipaddr.IPv6;
+    try {
+      // process() turns an IPv4-mapped IPv6 address (::ffff:1.2.3.4, what a dual-stack listener
+      // reports for IPv4 clients) into the IPv4 address, so IPv4 CIDRs match it.
+      addr = ipaddr.process(remote);
+    } catch {
+      return false;
+    }
+    return cidrs.some(([range, bits]) => range.kind() === addr.kind() && addr.match(range, bits));
+  }
+
+  async function begin(head: RequestHead): Promise<HeadDecision> {
+    const route = ROUTE.exec(head.url.split('?', 1)[0] ?? '');
+    let sourceId: string | undefined;
+    try {
+      sourceId = route ? decodeURIComponent(route[1]!) : undefined;
+    } catch {
+      sourceId = undefined;
+    }
+    if (!sourceId || !SOURCE_ID.test(sourceId)) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', 'no such route'));
+    if (head.method !== 'POST') {
+      return reject(NO_SOURCE, 'method_not_allowed', error(405, 'method_not_allowed', 'use POST', { allow: 'POST' }));
+    }
+
+    let source: Source | undefined;
+    try {
+      source = await sources.get(sourceId);
+    } catch (err) {
+      logger.warn({ err: (err as Error).message, source: sourceId }, 'source lookup failed');
+      return reject(NO_SOURCE, 'unavailable', error(503, 'unavailable', 'configuration store unavailable', { 'retry-after': retryAfter }));
+    }
+    if (!source) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', `unknown source ${sourceId}`));
+    const sid = source.id;
+
+    if (source.allowCidrs && source.allowCidrs.length > 0 && !allowed(source, head.remoteAddress)) {
+      return reject(sid, 'forbidden', error(403, 'forbidden', 'client address not allowed for this source'));
+    }
+    const max = source.maxBodyBytes;
+    if (head.contentLength !== undefined && head.contentLength > max) {
+      return reject(sid, 'too_large', error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true));
+    }
+
+    const prepared = prepareVerifier(source, head.headers, clock());
+    if (!prepared.ok) {
+      m.verifyFailures.inc({ source: sid, reason: prepared.reason });
+      return reject(sid, 'unauthorized', error(prepared.status, prepared.status === 401 ? 'unauthorized' : 'invalid_body', prepared.message));
+    }
+
+    if (source.rate && limiter) {
+      try {
+        const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${sid}`), source.rate);
+        if (!took.ok) {
+          const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
+          return reject(sid, 'rate_limited', error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs }));
+        }
+      } catch (err) {
+        // Fail open: the limiter shares Redis with the intake, which decides durability and answers
+        // 503 itself if Redis is really gone; refusing here would only add a second failure mode.
+        logger.warn({ err: (err as Error).message, source: sid }, 'source rate check failed; admitting');
+      }
+    }
+
+    const declared = head.contentLength ?? 0;
+    if (!budget.tryReserve(declared)) {
+      return reject(sid, 'over_budget', error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }));
+    }
+    return { accept: createSink(source, head, prepared.verifier, declared) };
+  }
+
+  function createSink(source: Source, head: RequestHead, verifier: Verifier, declared: number): BodySink {
+    const sid = source.id;
+    const max = source.maxBodyBytes;
+    let reserved = declared;
+    let received = 0;
+    let state: 'reading' | 'too_large' | 'over_budget' | 'done' = 'reading';
+    // A declared length gets one buffer up front (no concat at the end). Chunks are always copied:
+    // a backend may hand us views of buffers it reuses (the io_uring provided-buffer ring).
+    let whole: Buffer | undefined = declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
+    let chunks: Buffer[] = [];
+
+    const releaseAll = () => {
+      budget.release(reserved);
+      reserved = 0;
+      whole = undefined;
+      chunks = [];
+    };
+
+    return {
+      maxBodyBytes: max,
+      write(chunk) {
+        if (state !== 'reading') return;
+        const at = received;
+        received += chunk.length;
+        if (received > max) {
+          // The backend stops at maxBodyBytes; this guards a backend that does not.
+          state = 'too_large';
+          releaseAll();
+          return;
+        }
+        if (received > reserved) {
+          if (!budget.tryReserve(received - reserved)) {
+            state = 'over_budget';
+            releaseAll();
+            return;
+          }
+          reserved = received;
+        }
+        verifier.update(chunk);
+        if (whole && received <= whole.length) chunk.copy(whole, at);
+        else {
+          if (whole) {
+            // More bytes than declared cannot pass an HTTP/1.1 parser; keep them honest anyway.
+            chunks.push(whole.subarray(0, at));
+            whole = undefined;
+          }
+          chunks.push(Buffer.from(chunk));
+        }
+      },
+      async end() {
+        m.bodyBytes.inc({ source: sid }, received);
+        const was = state;
+        state = 'done';
+        if (was === 'too_large') return answer(sid, 'too_large', error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true));
+        if (was === 'over_budget') {
+          return answer(sid, 'over_budget', error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }, true));
+        }
+        if (was === 'done') return answer(sid, 'aborted', error(400, 'invalid_body', 'request already finished'));
+        try {
+          const body = whole ? whole.subarray(0, received) : Buffer.concat(chunks);
+          const v = verifier.finish(body);
+          if (!v.ok) {
+            m.verifyFailures.inc({ source: sid, reason: v.reason });
+            return answer(sid, v.status === 401 ? 'unauthorized' : 'invalid', error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message));
+          }
+          const event: SpillwayEvent = {
+            tenantId: source.tenantId,
+            id: v.id,
+            type: v.type,
+            receivedAt: clock(),
+            contentType: head.headers['content-type'] || 'application/json',
+            body,
+            sourceId: sid,
+          };
+          const t0 = performance.now();
+          let result: { id: string; duplicate: boolean };
+          try {
+            result = await intake.submit(event);
+          } catch (err) {
+            m.enqueueSeconds.observe({ outcome: 'error' }, (performance.now() - t0) / 1000);
+            if (isSpillwayError(err) && err.status >= 400 && err.status < 500) {
+              return answer(sid, 'invalid', error(err.status, err.apiCode, err.message));
+            }
+            // Durable storage could not take it: never a 2xx. Anything unexpected is answered the
+            // same way so the provider retries, and logged loudly.
+            if (isSpillwayError(err, 'SPW_ERR_UNAVAILABLE')) logger.warn({ err: err.message, source: sid }, 'intake unavailable');
+            else logger.error({ err, source: sid }, 'intake failed');
+            const ra = isSpillwayError(err) && err.retryAfter !== undefined ? String(err.retryAfter) : retryAfter;
+            return answer(sid, 'unavailable', error(503, 'unavailable', 'durable storage cannot take the event now', { 'retry-after': ra }));
+          }
+          m.enqueueSeconds.observe({ outcome: result.duplicate ? 'duplicate' : 'accepted' }, (performance.now() - t0) / 1000);
+          if (result.duplicate) return answer(sid, 'duplicate', { status: 200, body: { id: result.id, duplicate: true } });
+          return answer(sid, 'accepted', { status: 202, body: { id: result.id } });
+        } finally {
+          releaseAll();
+        }
+      },
+      abort(reason) {
+        if (state === 'done') return;
+        state = 'done';
+        releaseAll();
+        m.requests.inc({ source: sid, outcome: 'aborted' });
+        logger.debug({ source: sid, reason }, 'ingest request aborted');
+      },
+    };
+  }
+
+  return {
+    begin,
+    get inFlightBodyBytes() {
+      return budget.used;
+    },
+  };
+}

@@ -1,0 +1,38 @@
+import { anyEqual, hmacSha256, identify, parseJsonObject, type Prepared, refuse, timestampFresh } from './common.ts';
+
+/**
+ * Standard Webhooks (standardwebhooks.com): `webhook-id`, `webhook-timestamp`, and
+ * `webhook-signature: v1,<base64> [v1,<base64> ...]` (space-separated, several during a key
+ * rotation), HMAC-SHA256 over `${id}.${timestamp}.${body}`. The key is the base64-decoded part after
+ * `whsec_` (a secret without the prefix is taken as base64 whole, as the reference library does).
+ */
+export function prepareStandard(secret: string, headers: Record<string, string>, nowMs: number): Prepared {
+  const id = headers['webhook-id'];
+  const ts = headers['webhook-timestamp'];
+  const sig = headers['webhook-signature'];
+  if (!id || !ts || !sig) return refuse(401, 'missing_signature', 'missing webhook-id, webhook-timestamp or webhook-signature');
+  if (!/^\d{1,12}$/.test(ts)) return refuse(401, 'timestamp', 'malformed webhook-timestamp');
+  if (!timestampFresh(Number(ts), nowMs)) return refuse(401, 'timestamp', 'webhook-timestamp outside the 300 s tolerance');
+  const given: Buffer[] = [];
+  for (const entry of sig.split(' ')) {
+    const comma = entry.indexOf(',');
+    if (comma < 0 || entry.slice(0, comma) !== 'v1') continue;
+    const b = Buffer.from(entry.slice(comma + 1), 'base64');
+    if (b.length === 32) given.push(b);
+  }
+  if (given.length === 0) return refuse(401, 'missing_signature', 'webhook-signature has no v1 signature');
+  const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+  const mac = hmacSha256(key, `${id}.${ts}.`);
+  return {
+    ok: true,
+    verifier: {
+      update: (chunk) => void mac.update(chunk),
+      finish(body) {
+        if (!anyEqual(mac.digest(), given)) return refuse(401, 'bad_signature', 'no webhook-signature matches the body');
+        const json = parseJsonObject(body);
+        if (!json) return refuse(400, 'bad_event', 'a Standard Webhooks body must be a JSON object');
+        return identify(id, json.type, { id: 'webhook-id', type: 'body type' });
+      },
+    },
+  };
+}

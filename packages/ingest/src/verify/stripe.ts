@@ -1,0 +1,41 @@
+import { anyEqual, hmacSha256, identify, parseJsonObject, type Prepared, refuse, timestampFresh } from './common.ts';
+
+const HEX64 = /^[0-9a-fA-F]{64}$/;
+
+/**
+ * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...]`, HMAC-SHA256(secret, `${t}.${body}`)
+ * with the `whsec_...` string itself as the key. Several v1 entries appear while a secret is being
+ * rolled; any may match. Other schemes (v0) are ignored, as Stripe's own libraries do.
+ */
+export function prepareStripe(secret: string, headers: Record<string, string>, nowMs: number): Prepared {
+  const header = headers['stripe-signature'];
+  if (!header) return refuse(401, 'missing_signature', 'missing Stripe-Signature');
+  let t: string | undefined;
+  const v1: Buffer[] = [];
+  for (const part of header.split(',')) {
+    const eq = part.indexOf('=');
+    if (eq < 0) continue;
+    const k = part.slice(0, eq).trim();
+    const v = part.slice(eq + 1).trim();
+    if (k === 't') t = v;
+    else if (k === 'v1' && HEX64.test(v)) v1.push(Buffer.from(v, 'hex'));
+  }
+  if (t === undefined || !/^\d{1,12}$/.test(t) || v1.length === 0) {
+    return refuse(401, 'missing_signature', 'malformed Stripe-Signature (needs t= and v1=)');
+  }
+  // Decided before the body: a stale timestamp is a replay whatever the body says.
+  if (!timestampFresh(Number(t), nowMs)) return refuse(401, 'timestamp', 'Stripe-Signature timestamp outside the 300 s tolerance');
+  const mac = hmacSha256(secret, `${t}.`);
+  return {
+    ok: true,
+    verifier: {
+      update: (chunk) => void mac.update(chunk),
+      finish(body) {
+        if (!anyEqual(mac.digest(), v1)) return refuse(401, 'bad_signature', 'no Stripe-Signature v1 matches the body');
+        const json = parseJsonObject(body);
+        if (!json) return refuse(400, 'bad_event', 'a Stripe event body must be a JSON object');
+        return identify(json.id, json.type, { id: 'body id', type: 'body type' });
+      },
+    },
+  };
+}

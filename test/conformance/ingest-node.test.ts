@@ -1,0 +1,4 @@
+import { createNodeServer } from '@spillway/ingest';
+import { runIngestConformance } from './ingest.ts';
+
+runIngestConformance('node:http', (opts) => createNodeServer(opts));

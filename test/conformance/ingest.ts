@@ -1,0 +1,570 @@
+/**
+ * The ingest conformance suite: every behaviour CONTRACT.md "Ingest" and issue 7 ask of an ingest
+ * backend, run against any IngestServer implementation with the shared pipeline in front of it.
+ *   runIngestConformance('node', (opts) => createNodeServer(opts))
+ * Providers sign with their own libraries; Redis is real (a private redis-server for the
+ * Redis-restart case); clients are real sockets on loopback.
+ */
+import { createHmac, randomBytes } from 'node:crypto';
+import http from 'node:http';
+import net from 'node:net';
+import { sign as githubSign } from '@octokit/webhooks-methods';
+import { createPipeline, type IngestPipeline, type IngestServer, type IngestServerOptions, type PipelineOptions } from '@spillway/ingest';
+import { createKeys, createLogger, type Keys, registry, type Source } from '@spillway/shared';
+import { Webhook } from 'standardwebhooks';
+import Stripe from 'stripe';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { randomPrefix } from '../helpers/env.ts';
+import { createTestIntake, createTestRateGate, freePort, MemorySources, OwnRedis, type TestIntake } from './support.ts';
+
+export type MakeIngestServer = (opts: IngestServerOptions) => IngestServer;
+
+const REDIS_URL = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390';
+const stripe = new Stripe('sk_test_x');
+
+interface Served {
+  base: string;
+  port: number;
+  pipeline: IngestPipeline;
+  server: IngestServer;
+}
+
+interface Reply {
+  status: number;
+  headers: Headers;
+  json: Record<string, unknown> | undefined;
+}
+
+async function post(url: string, body: Buffer | string, headers: Record<string, string> = {}, method = 'POST'): Promise<Reply> {
+  const res = await fetch(url, { method, body: method === 'GET' ? undefined : body, headers: { 'content-type': 'application/json', ...headers } });
+  const text = await res.text();
+  let json: Record<string, unknown> | undefined;
+  try {
+    json = text ? (JSON.parse(text) as Record<string, unknown>) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, json };
+}
+
+/** Sends a chunked body (no Content-Length) of `total` bytes in `chunk`-sized writes, honouring backpressure. */
+function postChunked(port: number, path: string, total: number, chunk = 64 * 1024): Promise<{ status: number; body: string }> {
+  // A well-formed signature that cannot match: the size cap must answer before verification could.
+  const headers = { 'content-type': 'application/json', 'x-hub-signature-256': `sha256=${'0'.repeat(64)}`, 'x-github-event': 'push', 'x-github-delivery': 'big' };
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers });
+    const piece = Buffer.alloc(chunk, 0x61);
+    let sent = 0;
+    let answered = false;
+    req.on('response', (res) => {
+      answered = true;
+      let body = '';
+      res.on('data', (d) => {
+        body += d;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', reject);
+    });
+    // A server that answers and closes mid-body may reset the socket under our writes: the answer
+    // already received is what counts.
+    req.on('error', (err) => {
+      if (!answered) reject(err);
+    });
+    const pump = () => {
+      while (!answered && sent < total) {
+        const n = Math.min(chunk, total - sent);
+        sent += n;
+        if (!req.write(n === chunk ? piece : piece.subarray(0, n))) return void req.once('drain', pump);
+      }
+      if (!answered) req.end();
+    };
+    pump();
+  });
+}
+
+async function metricValueAsync(name: string, labels: Record<string, string>): Promise<number> {
+  const metric = registry.getSingleMetric(name);
+  if (!metric) return 0;
+  const { values } = await metric.get();
+  let sum = 0;
+  for (const v of values) if (Object.entries(labels).every(([k, l]) => v.labels[k] === l)) sum += v.value;
+  return sum;
+}
+
+export function runIngestConformance(name: string, makeServer: MakeIngestServer): void {
+  describe(`ingest conformance: ${name}`, () => {
+    const logger = createLogger('silent');
+    const tenantId = `tn-${randomBytes(3).toString('hex')}`;
+    let keys: Keys;
+    let intake: TestIntake;
+    const sources = new MemorySources();
+    const servers: IngestServer[] = [];
+    const closers: (() => Promise<void> | void)[] = [];
+    let main: Served;
+
+    async function serve(pipe: Partial<PipelineOptions> = {}, server: Partial<IngestServerOptions> = {}): Promise<Served> {
+      const pipeline = createPipeline({ sources, intake, keys, logger, bodyBudgetBytes: 64 * 1024 * 1024, ...pipe });
+      const srv = makeServer({ handler: pipeline, port: 0, host: '127.0.0.1', ...server });
+      servers.push(srv);
+      const { port } = await srv.listen();
+      return { base: `http://127.0.0.1:${port}`, port, pipeline, server: srv };
+    }
+
+    function source(kind: Source['kind'], extra: Partial<Source> = {}): Source {
+      const id = `${kind}-${randomBytes(4).toString('hex')}`;
+      const secret = kind === 'standard' || kind === 'stripe' ? `whsec_${randomBytes(24).toString('base64')}` : `s3cret-${randomBytes(8).toString('hex')}`;
+      return sources.add({ id, tenantId, kind, secret, ...extra });
+    }
+
+    const accepted = async (id?: string) => (await intake.accepted(tenantId)).filter((e) => id === undefined || e.id === id);
+    /** Bytes a JSON parser would not give back: odd spacing, escapes, non-ASCII, no trailing newline. */
+    const rawBody = (fields: Record<string, string>) =>
+      Buffer.from(`{ "id" :"${fields.id ?? ''}",\t"type":"${fields.type ?? ''}", "note": "caf\u00e9 \\u00e9 \u{1f680}" ,"n":1.50 }`);
+
+    beforeAll(async () => {
+      keys = createKeys(randomPrefix('ingc'));
+      intake = createTestIntake(REDIS_URL, keys);
+      await intake.ready;
+      main = await serve();
+    });
+    afterEach(async () => {
+      while (closers.length) await closers.pop()!();
+    });
+    afterAll(async () => {
+      for (const s of servers) await s.close().catch(() => {});
+      intake.close();
+    });
+
+    describe('github (X-Hub-Signature-256, @octokit/webhooks-methods)', () => {
+      it('accepts a signed delivery and hands the raw bytes, id and type to the intake', async () => {
+        const src = source('github');
+        const delivery = randomBytes(8).toString('hex');
+        const body = rawBody({ id: 'x', type: 'y' });
+        const before = await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' });
+        const r = await post(`${main.base}/ingest/${src.id}`, body, {
+          'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+          'x-github-event': 'push',
+          'x-github-delivery': delivery,
+          'content-type': 'application/json; charset=utf-8',
+        });
+        expect(r.status).toBe(202);
+        expect(r.json).toEqual({ id: delivery });
+        const [ev, ...rest] = await accepted(delivery);
+        expect(rest).toHaveLength(0);
+        expect(ev!.body.equals(body)).toBe(true);
+        expect(ev).toMatchObject({ tenantId, id: delivery, type: 'push', sourceId: src.id, contentType: 'application/json; charset=utf-8' });
+        expect(await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' })).toBe(before + 1);
+        expect(main.pipeline.inFlightBodyBytes).toBe(0);
+      });
+
+      it('refuses a wrong secret, a missing header and a tampered body with 401, enqueuing nothing', async () => {
+        const src = source('github');
+        const body = rawBody({});
+        const good = await githubSign(src.secret, body.toString('utf8'));
+        const hdr = (sig?: string, id = randomBytes(6).toString('hex')) => ({
+          ...(sig ? { 'x-hub-signature-256': sig } : {}),
+          'x-github-event': 'push',
+          'x-github-delivery': id,
+        });
+        const failsBefore = await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id });
+        expect((await post(`${main.base}/ingest/${src.id}`, body, hdr(await githubSign('wrong', body.toString('utf8'))))).status).toBe(401);
+        expect((await post(`${main.base}/ingest/${src.id}`, body, hdr(undefined))).status).toBe(401);
+        const tampered = Buffer.from(body);
+        tampered[tampered.length - 2] = tampered[tampered.length - 2]! ^ 1;
+        const r = await post(`${main.base}/ingest/${src.id}`, tampered, hdr(good));
+        expect(r.status).toBe(401);
+        expect(r.json).toMatchObject({ error: { code: 'unauthorized' } });
+        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id })).toBe(failsBefore + 3);
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
+      });
+    });
+
+    describe('stripe (Stripe-Signature, stripe.webhooks.generateTestHeaderString)', () => {
+      const event = () => ({ id: `evt_${randomBytes(8).toString('hex')}`, type: 'invoice.paid' });
+
+      it('accepts a signed event; id and type come from the body', async () => {
+        const src = source('stripe');
+        const e = event();
+        const body = rawBody(e);
+        const header = stripe.webhooks.generateTestHeaderString({ payload: body.toString('utf8'), secret: src.secret });
+        const r = await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': header });
+        expect(r.status).toBe(202);
+        expect(r.json).toEqual({ id: e.id });
+        const [ev] = await accepted(e.id);
+        expect(ev!.body.equals(body)).toBe(true);
+        expect(ev!.type).toBe('invoice.paid');
+      });
+
+      it('accepts when any of several v1 signatures matches (secret roll)', async () => {
+        const src = source('stripe');
+        const e = event();
+        const body = rawBody(e);
+        const t = Math.floor(Date.now() / 1000);
+        const good = createHmac('sha256', src.secret).update(`${t}.`).update(body).digest('hex');
+        const other = createHmac('sha256', 'whsec_old').update(`${t}.`).update(body).digest('hex');
+        const r = await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': `t=${t},v1=${other},v1=${good},v0=${other}` });
+        expect(r.status).toBe(202);
+      });
+
+      it('refuses a timestamp 400 s old, a wrong secret, a missing header and a tampered body with 401', async () => {
+        const src = source('stripe');
+        const e = event();
+        const body = rawBody(e);
+        const payload = body.toString('utf8');
+        const old = stripe.webhooks.generateTestHeaderString({ payload, secret: src.secret, timestamp: Math.floor(Date.now() / 1000) - 400 });
+        expect((await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': old })).status).toBe(401);
+        const wrong = stripe.webhooks.generateTestHeaderString({ payload, secret: 'whsec_wrong' });
+        expect((await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': wrong })).status).toBe(401);
+        expect((await post(`${main.base}/ingest/${src.id}`, body)).status).toBe(401);
+        const good = stripe.webhooks.generateTestHeaderString({ payload, secret: src.secret });
+        const tampered = Buffer.from(payload.replace('invoice.paid', 'invoice.pai_'));
+        expect((await post(`${main.base}/ingest/${src.id}`, tampered, { 'stripe-signature': good })).status).toBe(401);
+        expect(await accepted(e.id)).toHaveLength(0);
+      });
+
+      it('answers 400 to a correctly signed body that is not a JSON event', async () => {
+        const src = source('stripe');
+        const payload = 'not json at all';
+        const header = stripe.webhooks.generateTestHeaderString({ payload, secret: src.secret });
+        const r = await post(`${main.base}/ingest/${src.id}`, payload, { 'stripe-signature': header });
+        expect(r.status).toBe(400);
+      });
+    });
+
+    describe('shopify (X-Shopify-Hmac-Sha256, base64)', () => {
+      const shopifySign = (secret: string, body: Buffer) => createHmac('sha256', secret).update(body).digest('base64');
+
+      it('accepts a signed webhook; topic and webhook id from the headers', async () => {
+        const src = source('shopify');
+        const body = rawBody({ id: '1', type: 'x' });
+        const wid = `b54557e4-${randomBytes(4).toString('hex')}`;
+        const r = await post(`${main.base}/ingest/${src.id}`, body, {
+          'x-shopify-hmac-sha256': shopifySign(src.secret, body),
+          'x-shopify-topic': 'orders/create',
+          'x-shopify-webhook-id': wid,
+        });
+        expect(r.status).toBe(202);
+        const [ev] = await accepted(wid);
+        expect(ev!.body.equals(body)).toBe(true);
+        expect(ev!.type).toBe('orders/create');
+      });
+
+      it('refuses a wrong secret, a missing header and a tampered body with 401', async () => {
+        const src = source('shopify');
+        const body = rawBody({});
+        const wid = randomBytes(6).toString('hex');
+        const h = (sig?: string) => ({ ...(sig ? { 'x-shopify-hmac-sha256': sig } : {}), 'x-shopify-topic': 'orders/create', 'x-shopify-webhook-id': wid });
+        expect((await post(`${main.base}/ingest/${src.id}`, body, h(shopifySign('wrong', body)))).status).toBe(401);
+        expect((await post(`${main.base}/ingest/${src.id}`, body, h())).status).toBe(401);
+        expect((await post(`${main.base}/ingest/${src.id}`, Buffer.concat([body, Buffer.from(' ')]), h(shopifySign(src.secret, body)))).status).toBe(401);
+        expect(await accepted(wid)).toHaveLength(0);
+      });
+    });
+
+    describe('standard webhooks (webhook-signature, standardwebhooks)', () => {
+      const msgId = () => `msg_${randomBytes(8).toString('hex')}`;
+
+      it('accepts a signed message, also when one of several signatures matches', async () => {
+        const src = source('standard');
+        for (const several of [false, true]) {
+          const id = msgId();
+          const body = rawBody({ type: 'user.created' });
+          const now = new Date();
+          let sig = new Webhook(src.secret).sign(id, now, body);
+          if (several) sig = `${new Webhook(`whsec_${randomBytes(24).toString('base64')}`).sign(id, now, body)} ${sig}`;
+          const r = await post(`${main.base}/ingest/${src.id}`, body, {
+            'webhook-id': id,
+            'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+            'webhook-signature': sig,
+          });
+          expect(r.status).toBe(202);
+          const [ev] = await accepted(id);
+          expect(ev!.body.equals(body)).toBe(true);
+          expect(ev!.type).toBe('user.created');
+        }
+      });
+
+      it('refuses an old timestamp, a wrong secret, missing headers and a tampered body with 401', async () => {
+        const src = source('standard');
+        const id = msgId();
+        const body = rawBody({ type: 'user.created' });
+        const h = (secret: string, at: Date, withSig = true) => ({
+          'webhook-id': id,
+          'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
+          ...(withSig ? { 'webhook-signature': new Webhook(secret).sign(id, at, body) } : {}),
+        });
+        const url = `${main.base}/ingest/${src.id}`;
+        expect((await post(url, body, h(src.secret, new Date(Date.now() - 400_000)))).status).toBe(401);
+        expect((await post(url, body, h(`whsec_${randomBytes(24).toString('base64')}`, new Date()))).status).toBe(401);
+        expect((await post(url, body, h(src.secret, new Date(), false))).status).toBe(401);
+        expect((await post(url, Buffer.from(body.toString().replace('user', 'usex')), h(src.secret, new Date()))).status).toBe(401);
+        expect(await accepted(id)).toHaveLength(0);
+      });
+    });
+
+    describe('dedup on the provider id', () => {
+      const githubPost = async (src: Source, delivery: string) => {
+        const body = rawBody({});
+        return post(`${main.base}/ingest/${src.id}`, body, {
+          'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+          'x-github-event': 'push',
+          'x-github-delivery': delivery,
+        });
+      };
+
+      it('the same id twice: one 202, then 200 duplicate, one event', async () => {
+        const src = source('github');
+        const id = randomBytes(8).toString('hex');
+        const a = await githubPost(src, id);
+        const b = await githubPost(src, id);
+        expect(a.status).toBe(202);
+        expect(b.status).toBe(200);
+        expect(b.json).toEqual({ id, duplicate: true });
+        expect(await accepted(id)).toHaveLength(1);
+      });
+
+      it('the same id concurrently: exactly one 202 and the rest 200 duplicate, one event', async () => {
+        const src = source('github');
+        const id = randomBytes(8).toString('hex');
+        const replies = await Promise.all(Array.from({ length: 8 }, () => githubPost(src, id)));
+        expect(replies.map((r) => r.status).sort()).toEqual([200, 200, 200, 200, 200, 200, 200, 202]);
+        expect(await accepted(id)).toHaveLength(1);
+      });
+    });
+
+    describe('cheap checks before the body', () => {
+      it('404 for an unknown source and for other paths, 405 with Allow for other methods', async () => {
+        const src = source('github');
+        expect((await post(`${main.base}/ingest/nope-${randomBytes(3).toString('hex')}`, '{}')).status).toBe(404);
+        expect((await post(`${main.base}/other/${src.id}`, '{}')).status).toBe(404);
+        const r = await post(`${main.base}/ingest/${src.id}`, '', {}, 'GET');
+        expect(r.status).toBe(405);
+        expect(r.headers.get('allow')).toBe('POST');
+      });
+
+      it('403 for a client outside allowCidrs; the same request from inside is accepted', async () => {
+        const body = rawBody({});
+        const headers = async (secret: string) => ({
+          'x-hub-signature-256': await githubSign(secret, body.toString('utf8')),
+          'x-github-event': 'push',
+          'x-github-delivery': randomBytes(6).toString('hex'),
+        });
+        const outside = source('github', { allowCidrs: ['192.30.252.0/22', '2001:db8::/32'] });
+        const r = await post(`${main.base}/ingest/${outside.id}`, body, await headers(outside.secret));
+        expect(r.status).toBe(403);
+        expect((await accepted()).filter((e) => e.sourceId === outside.id)).toHaveLength(0);
+        const inside = source('github', { allowCidrs: ['192.30.252.0/22', '127.0.0.0/8'] });
+        expect((await post(`${main.base}/ingest/${inside.id}`, body, await headers(inside.secret))).status).toBe(202);
+      });
+
+      it('403 is decided before the body is read', async () => {
+        const src = source('github', { allowCidrs: ['192.30.252.0/22'] });
+        // Declares a body it never sends: only an answer decided on the headers can come back.
+        const status = await rawExchange(main.port, `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n`);
+        expect(status).toBe(403);
+      });
+
+      it('429 with Retry-After past the source rate', async () => {
+        const limiter = createTestRateGate(REDIS_URL);
+        closers.push(() => limiter.close());
+        const s = await serve({ limiter });
+        const src = source('github', { rate: { perSecond: 0.01, burst: 2 } });
+        const statuses: number[] = [];
+        let retryAfter: string | null = null;
+        for (let i = 0; i < 3; i++) {
+          const body = rawBody({});
+          const r = await post(`${s.base}/ingest/${src.id}`, body, {
+            'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+            'x-github-event': 'push',
+            'x-github-delivery': randomBytes(6).toString('hex'),
+          });
+          statuses.push(r.status);
+          if (r.status === 429) retryAfter = r.headers.get('retry-after');
+        }
+        expect(statuses).toEqual([202, 202, 429]);
+        expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
+      });
+    });
+
+    describe('body size cap', () => {
+      const signed = async (src: Source, body: Buffer, id: string) => ({
+        'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+        'x-github-event': 'push',
+        'x-github-delivery': id,
+      });
+
+      it('Content-Length one byte over maxBodyBytes → 413 at once and closed; exactly at the cap → 202', async () => {
+        const src = source('github', { maxBodyBytes: 4096 });
+        const over = Buffer.alloc(4097, 0x61);
+        const idOver = randomBytes(6).toString('hex');
+        const r = await post(`${main.base}/ingest/${src.id}`, over, await signed(src, over, idOver));
+        expect(r.status).toBe(413);
+        expect(await accepted(idOver)).toHaveLength(0);
+        const at = Buffer.alloc(4096, 0x61);
+        const idAt = randomBytes(6).toString('hex');
+        expect((await post(`${main.base}/ingest/${src.id}`, at, await signed(src, at, idAt))).status).toBe(202);
+        expect(await accepted(idAt)).toHaveLength(1);
+      });
+
+      it('a chunked body one byte over the cap → 413, never truncated and accepted', async () => {
+        const src = source('github', { maxBodyBytes: 4096 });
+        const r = await postChunked(main.port, `/ingest/${src.id}`, 4097, 1000);
+        expect(r.status).toBe(413);
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
+        expect(main.pipeline.inFlightBodyBytes).toBe(0);
+      });
+
+      it('a 20 MB chunked body against a 1 MB cap raises RSS by no more than a few MB', async () => {
+        const src = source('github', { maxBodyBytes: 1024 * 1024 });
+        // Warm up the same code paths so one-time allocations do not count against the body.
+        await postChunked(main.port, `/ingest/${src.id}`, 2 * 1024 * 1024);
+        const base = process.memoryUsage.rss();
+        let peak = base;
+        const sampler = setInterval(() => {
+          peak = Math.max(peak, process.memoryUsage.rss());
+        }, 5);
+        try {
+          const r = await postChunked(main.port, `/ingest/${src.id}`, 20 * 1024 * 1024);
+          expect(r.status).toBe(413);
+        } finally {
+          clearInterval(sampler);
+        }
+        peak = Math.max(peak, process.memoryUsage.rss());
+        expect(peak - base).toBeLessThan(6 * 1024 * 1024);
+        expect(main.pipeline.inFlightBodyBytes).toBe(0);
+      });
+    });
+
+    it('503 with Retry-After once the in-flight body budget is spent; accepted again when it frees', async () => {
+      const s = await serve({ bodyBudgetBytes: 100_000 });
+      const src = source('github');
+      const body = Buffer.alloc(80_000, 0x62);
+      const id = randomBytes(6).toString('hex');
+      const headers = await signed2(src, body, id);
+      // Holds 80 000 bytes of budget: headers and half the body, then waits.
+      const sock = net.connect(s.port, '127.0.0.1');
+      closers.push(() => void sock.destroy());
+      await new Promise((r) => sock.once('connect', r));
+      const head = Object.entries({ ...headers, host: 'x', 'content-length': String(body.length) })
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('');
+      sock.write(`POST /ingest/${src.id} HTTP/1.1\r\n${head}\r\n`);
+      sock.write(body.subarray(0, 40_000));
+      const reply = collect(sock);
+      await waitUntil(() => s.pipeline.inFlightBodyBytes === 80_000, 'the first request to reserve its body');
+      const second = await post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')));
+      expect(second.status).toBe(503);
+      expect(Number(second.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      sock.write(body.subarray(40_000));
+      expect(await reply).toMatch(/^HTTP\/1\.1 202 /);
+      await waitUntil(() => s.pipeline.inFlightBodyBytes === 0, 'the budget to be released');
+      expect((await post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')))).status).toBe(202);
+    });
+
+    it('200 concurrent slow senders (slow headers and slow bodies) are cut off by the timeouts', async () => {
+      const s = await serve({}, { headersTimeoutMs: 500, requestTimeoutMs: 1000 });
+      const src = source('github');
+      const sockets: net.Socket[] = [];
+      const closed: Promise<void>[] = [];
+      for (let i = 0; i < 200; i++) {
+        const sock = net.connect(s.port, '127.0.0.1');
+        sock.on('error', () => {});
+        sock.on('data', () => {});
+        sockets.push(sock);
+        closed.push(new Promise<void>((r) => sock.once('close', () => r())));
+        sock.once('connect', () => {
+          if (i % 2 === 0) sock.write(`POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n`);
+          else sock.write(`POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: d${i}\r\nContent-Length: 100000\r\n\r\n`);
+        });
+      }
+      // Each keeps trickling a byte: a header line or a body byte, never finishing.
+      let ticks = 0;
+      const trickle = setInterval(() => {
+        ticks++;
+        sockets.forEach((sock, i) => {
+          if (!sock.destroyed && sock.writable) sock.write(i % 2 === 0 ? `X-Slow-${ticks}: 1\r\n` : 'a');
+        });
+      }, 100);
+      closers.push(() => {
+        clearInterval(trickle);
+        for (const sock of sockets) sock.destroy();
+      });
+      const outcome = await Promise.race([
+        Promise.all(closed).then(() => 'all closed'),
+        new Promise((r) => setTimeout(() => r('still open'), 15_000)),
+      ]);
+      clearInterval(trickle);
+      expect(outcome).toBe('all closed');
+      expect(s.pipeline.inFlightBodyBytes).toBe(0);
+      // The server is still serving.
+      const body = rawBody({});
+      expect((await post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')))).status).toBe(202);
+    });
+
+    it('Redis stopped → 503 with Retry-After; 202 again once Redis is back, without a restart', async () => {
+      const own = new OwnRedis(await freePort());
+      closers.push(() => own.destroy());
+      await own.start();
+      const ownKeys = createKeys(randomPrefix('ingr'));
+      const ownIntake = createTestIntake(own.url, ownKeys);
+      closers.push(() => ownIntake.close());
+      await ownIntake.ready;
+      const s = await serve({ intake: ownIntake, keys: ownKeys });
+      const src = source('github');
+      const send = async () => {
+        const body = rawBody({});
+        return post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')));
+      };
+      await waitUntil(async () => (await send()).status === 202, 'a 202 with Redis up');
+      await own.stop();
+      const down = await send();
+      expect(down.status).toBe(503);
+      expect(Number(down.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      await own.start();
+      await waitUntil(async () => (await send()).status === 202, 'a 202 once Redis is back', 15_000);
+      expect((await ownIntake.accepted(tenantId)).length).toBeGreaterThanOrEqual(2);
+    });
+  });
+}
+
+async function signed2(src: Source, body: Buffer, id: string): Promise<Record<string, string>> {
+  return {
+    'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+    'x-github-event': 'push',
+    'x-github-delivery': id,
+  };
+}
+
+function collect(sock: net.Socket): Promise<string> {
+  return new Promise((resolve) => {
+    let out = '';
+    sock.on('data', (d) => {
+      out += d;
+      if (/\r\n\r\n/.test(out)) resolve(out);
+    });
+    sock.once('close', () => resolve(out));
+  });
+}
+
+/** Writes raw request bytes and returns the status code of the first answer (or 0 if closed first). */
+async function rawExchange(port: number, bytes: string): Promise<number> {
+  const sock = net.connect(port, '127.0.0.1');
+  sock.on('error', () => {});
+  try {
+    await new Promise((r) => sock.once('connect', r));
+    sock.write(bytes);
+    const out = await Promise.race([collect(sock), new Promise<string>((r) => setTimeout(() => r(''), 5000))]);
+    return Number(/^HTTP\/1\.1 (\d{3})/.exec(out)?.[1] ?? 0);
+  } finally {
+    sock.destroy();
+  }
+}
+
+async function waitUntil(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await pred()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
