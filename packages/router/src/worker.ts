@@ -1,7 +1,135 @@
+import { createRedis, type RedisClient } from '@spillway/shared';
+import { type Job, Queue, Worker } from 'bullmq';
+import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
+import { Engine } from './engine.ts';
+import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
+import { type IntakeJobData, promoteDedup } from './intake.ts';
+import { RecordWriter } from './records.ts';
+import { type RetryJobData, RetryScheduler } from './retry.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
+import type { Runtime } from './runtime.ts';
+import { Drainer } from './spill/drainer.ts';
+import { SpillProducer } from './spill/producer.ts';
+import { startStatsPublisher } from './stats.ts';
+import { ConfigCache, ConfigStore } from './store.ts';
+
+/**
+ * Lock of an active intake/retry job. BullMQ renews it every lockDuration/2 while the processor
+ * runs (i.e. while the job's tasks are in memory); after a kill -9 another worker takes the job
+ * over within lockDuration + stalledInterval.
+ */
+const LOCK_MS = 10_000;
+const STALLED_CHECK_MS = 5_000;
+/** Jobs processed at once per queue: bounds the tasks a worker holds beyond its credits (those spill). */
+const CONCURRENCY = 64;
+
+export interface WorkerHandle extends RoleHandle {
+  readonly engine: Engine;
+  readonly drainer: Drainer;
+  readonly spill: SpillProducer;
+}
 
 /** Worker role: intake jobs → fan-out → credit queues → delivery; spill drainer; retries. */
 export async function startWorker({ rt }: RoleContext): Promise<RoleHandle> {
-  rt.logger.warn('worker role: not implemented yet (issue 3)');
-  return { name: 'worker', close: async () => {} };
+  return createWorker(rt);
+}
+
+export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort } = {}): Promise<WorkerHandle> {
+  const { config, keys, logger } = rt;
+  const store = new ConfigStore(rt.redis, keys);
+  const cache = new ConfigCache(store, { ttlMs: 500 });
+  const sub = createRedis(config.redis, { maxRetriesPerRequest: null });
+  sub.on('error', () => {});
+  await cache.subscribe(sub, keys, logger);
+
+  const delivery = opts.delivery ?? (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis }));
+  const retryQueue = new Queue(keys.retryQueue, { connection: rt.redis as never, prefix: keys.bullPrefix });
+  retryQueue.on('error', (err) => logger.warn({ err: err.message }, 'retry queue error'));
+  const spill = new SpillProducer(rt.kafka, config.spillTopic, logger);
+  const retries = new RetryScheduler(retryQueue, logger);
+  const records = new RecordWriter(rt.redis, keys, logger);
+  const engine = new Engine({
+    redis: rt.redis,
+    keys,
+    logger,
+    cache,
+    delivery,
+    spill,
+    retries,
+    records,
+    retryScheduleMs: config.retryScheduleMs,
+  });
+
+  const processIntake = async (job: Job<IntakeJobData>) => {
+    const events = job.data.events;
+    // Covers a promote the intake lost after a durable add (see intake.ts).
+    await promoteDedup(rt.redis, keys, events, config.dedupWindowMs).catch(() => {});
+    const tasks: DeliveryTask[] = [];
+    for (const w of events) {
+      const v = engine.viewNow(w.t)?.tenant ? engine.viewNow(w.t)! : await engine.view(w.t);
+      if (!v.tenant) {
+        logger.warn({ tid: w.t, eventId: w.i }, 'event for an unknown tenant dropped');
+        continue;
+      }
+      const ev = eventFromWire(w);
+      const ts = fanOut(ev, [...v.endpoints.values()]);
+      records.created(ev.tenantId, ev.id, ev.type, ev.receivedAt, ts.map((t) => t.endpointId));
+      tasks.push(...ts);
+    }
+    await engine.hold(tasks);
+  };
+
+  const processRetry = async (job: Job<RetryJobData>) => {
+    await engine.hold(job.data.tasks.map(taskFromWire));
+  };
+
+  const workerOpts = (conn: RedisClient) => ({
+    connection: conn as never,
+    prefix: keys.bullPrefix,
+    concurrency: CONCURRENCY,
+    lockDuration: LOCK_MS,
+    stalledInterval: STALLED_CHECK_MS,
+    // A job that stalled (its worker died) is our durable owner: never fail it for stalling.
+    maxStalledCount: 1_000_000,
+  });
+  const intakeConn = createRedis(config.redis, { maxRetriesPerRequest: null });
+  const retryConn = createRedis(config.redis, { maxRetriesPerRequest: null });
+  for (const c of [intakeConn, retryConn]) c.on('error', () => {});
+  const intakeWorker = new Worker<IntakeJobData>(keys.intakeQueue, processIntake, workerOpts(intakeConn));
+  const retryWorker = new Worker<RetryJobData>(keys.retryQueue, processRetry, workerOpts(retryConn));
+  for (const w of [intakeWorker, retryWorker]) {
+    w.on('error', (err) => logger.warn({ err: err.message }, 'bullmq worker error'));
+    w.on('failed', (job, err) => logger.warn({ jobId: job?.id, err: err.message }, 'job failed; it will be retried'));
+  }
+
+  const drainer = new Drainer({ kafka: rt.kafka, topic: config.spillTopic, groupId: keys.drainGroup, engine, producer: spill, logger });
+  await drainer.start();
+  const stopStats = startStatsPublisher(rt.redis, keys, rt.workerId, engine, logger);
+  logger.info({ workerId: rt.workerId }, 'worker started');
+
+  let closing: Promise<void> | undefined;
+  return {
+    name: 'worker',
+    engine,
+    drainer,
+    spill,
+    close() {
+      closing ??= (async () => {
+        await stopStats();
+        await drainer.close();
+        // Waits for active jobs: their tasks finish or are handed off (spilled) first.
+        await Promise.all([intakeWorker.close(), retryWorker.close()]);
+        await retries.close();
+        await spill.close();
+        await records.flush();
+        engine.close();
+        await delivery.close();
+        await retryQueue.close().catch(() => {});
+        await cache.close();
+        intakeConn.disconnect();
+        retryConn.disconnect();
+      })();
+      return closing;
+    },
+  };
 }

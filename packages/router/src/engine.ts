@@ -1,0 +1,338 @@
+import type { DeliveryRecord, Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
+import { Credits } from './credits.ts';
+import type { DeliveryPort } from './deliver.ts';
+import type { DeliveryTask } from './fanout.ts';
+import { pushDlq, type RecordWriter } from './records.ts';
+import type { RetryScheduler } from './retry.ts';
+import type { SpillProducer } from './spill/producer.ts';
+import type { ConfigCache } from './store.ts';
+
+/** A tenant's config as this worker last loaded it. */
+export interface TenantView {
+  tenant: Tenant | undefined;
+  endpoints: Map<string, Endpoint>;
+  at: number;
+}
+
+/** Per-tenant counters this worker publishes for the admin API to sum. */
+export interface TenantCounters {
+  spilled: number;
+  retrying: number;
+  delivered: number;
+  failed: number;
+  endpoints: Record<string, { delivered: number; failed: number }>;
+}
+
+interface Held {
+  task: DeliveryTask;
+  done: () => void;
+}
+
+interface Lane {
+  queue: Held[];
+  running: number;
+}
+
+/** What the drainer gets back when it offers a task. */
+export type Admission = Promise<void> | 'blocked' | 'drop';
+
+export interface EngineDeps {
+  redis: RedisClient;
+  keys: Keys;
+  logger: Logger;
+  cache: ConfigCache;
+  delivery: DeliveryPort;
+  spill: SpillProducer;
+  retries: RetryScheduler;
+  records: RecordWriter;
+  retryScheduleMs: readonly number[];
+}
+
+/** Config refresh period for tenants this worker holds: pause/resume acts within 1 s even if a pub/sub message is lost. */
+const REFRESH_MS = 500;
+
+/**
+ * The in-memory heart of a worker. Tasks enter only with a credit (or go straight to the spill
+ * log), wait in their tenant's lane for a concurrency slot, are dispatched, and leave memory only
+ * through a durable hand-off: delivered, retry job added, DLQ entry written, or Kafka ack'd.
+ * Every entry point returns a promise that resolves exactly then, so the durable owner of the task
+ * (intake job, retry job, Kafka offset) is released only after the hand-off.
+ */
+export class Engine {
+  readonly credits = new Credits();
+  readonly #d: EngineDeps;
+  readonly #views = new Map<string, TenantView>();
+  readonly #lanes = new Map<string, Lane>();
+  readonly #counters = new Map<string, TenantCounters>();
+  readonly #wakers = new Set<() => void>();
+  readonly #refresh: NodeJS.Timeout;
+  readonly #unsubscribe: () => void;
+
+  constructor(deps: EngineDeps) {
+    this.#d = deps;
+    this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
+    this.#refresh = setInterval(() => {
+      for (const tid of this.#views.keys()) void this.#reload(tid);
+    }, REFRESH_MS);
+    this.#refresh.unref();
+    this.credits.onRelease(() => this.#wake());
+  }
+
+  // --- config --------------------------------------------------------------------------------
+
+  /** Loads (through the cache) the tenant and its endpoints. Throws when Redis cannot answer. */
+  async view(tid: string): Promise<TenantView> {
+    const [tenant, eps] = await Promise.all([this.#d.cache.tenant(tid), this.#d.cache.endpoints(tid)]);
+    const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
+    this.#views.set(tid, v);
+    return v;
+  }
+
+  viewNow(tid: string): TenantView | undefined {
+    return this.#views.get(tid);
+  }
+
+  async #reload(tid: string): Promise<void> {
+    try {
+      const v = await this.view(tid);
+      if (!v.tenant && !this.#lanes.has(tid)) this.#views.delete(tid);
+      this.#evictBlocked(tid);
+      this.#pump(tid);
+      this.#wake();
+    } catch (err) {
+      this.#d.logger.debug({ err: (err as Error).message, tid }, 'config refresh failed');
+    }
+  }
+
+  /** Why a task cannot run now, or undefined. */
+  #blocked(v: TenantView, ep: Endpoint): 'paused' | undefined {
+    return v.tenant?.status === 'paused' || ep.status === 'paused' ? 'paused' : undefined;
+  }
+
+  // --- wake-ups for the drainer ----------------------------------------------------------------
+
+  /** Called whenever a credit frees up or config changes. */
+  onWake(fn: () => void): () => void {
+    this.#wakers.add(fn);
+    return () => this.#wakers.delete(fn);
+  }
+
+  #wake(): void {
+    for (const w of [...this.#wakers]) w();
+  }
+
+  // --- entry points ----------------------------------------------------------------------------
+
+  /**
+   * From an intake or retry job: every task is either admitted (credit) or spilled. Resolves when
+   * all of them have left memory through a durable hand-off.
+   */
+  async hold(tasks: readonly DeliveryTask[]): Promise<void> {
+    const tids = new Set(tasks.map((t) => t.tenantId));
+    for (const tid of tids) if (!this.#views.has(tid) || Date.now() - this.#views.get(tid)!.at > REFRESH_MS) await this.view(tid);
+    await Promise.all(
+      tasks.map((task) => {
+        const a = this.tryAdmit(task);
+        if (a === 'drop') return undefined;
+        if (a === 'blocked') return this.#spill(task);
+        return a;
+      }),
+    );
+  }
+
+  /**
+   * Admits the task if its tenant has a credit and nothing pauses it (the view must be loaded).
+   * 'drop' = tenant or endpoint gone/disabled: nothing to deliver.
+   */
+  tryAdmit(task: DeliveryTask): Admission {
+    const v = this.#views.get(task.tenantId);
+    if (!v) return 'blocked';
+    const ep = v.endpoints.get(task.endpointId);
+    if (!v.tenant || !ep || ep.status === 'disabled') {
+      this.#d.logger.debug({ tid: task.tenantId, eid: task.endpointId }, 'dropping task of a deleted tenant/endpoint');
+      return 'drop';
+    }
+    if (this.#blocked(v, ep)) return 'blocked';
+    if (!this.credits.tryTake(task.tenantId, v.tenant.limits.maxInFlight)) return 'blocked';
+    return new Promise<void>((done) => {
+      this.#lane(task.tenantId).queue.push({ task, done });
+      this.#pump(task.tenantId);
+    });
+  }
+
+  #lane(tid: string): Lane {
+    let lane = this.#lanes.get(tid);
+    if (!lane) {
+      lane = { queue: [], running: 0 };
+      this.#lanes.set(tid, lane);
+    }
+    return lane;
+  }
+
+  #counter(tid: string): TenantCounters {
+    let c = this.#counters.get(tid);
+    if (!c) {
+      c = { spilled: 0, retrying: 0, delivered: 0, failed: 0, endpoints: {} };
+      this.#counters.set(tid, c);
+    }
+    return c;
+  }
+
+  #epCounter(tid: string, eid: string): { delivered: number; failed: number } {
+    const c = this.#counter(tid);
+    c.endpoints[eid] ??= { delivered: 0, failed: 0 };
+    return c.endpoints[eid];
+  }
+
+  #pump(tid: string): void {
+    const lane = this.#lanes.get(tid);
+    const v = this.#views.get(tid);
+    if (!lane || !v?.tenant) return;
+    const limit = Math.max(1, v.tenant.limits.concurrency);
+    while (lane.running < limit && lane.queue.length > 0) {
+      const held = lane.queue.shift()!;
+      const ep = v.endpoints.get(held.task.endpointId);
+      if (!ep || ep.status === 'disabled') {
+        this.#finish(held);
+        continue;
+      }
+      if (this.#blocked(v, ep)) {
+        void this.#spillHeld(held);
+        continue;
+      }
+      lane.running++;
+      void this.#attempt(held, v.tenant, ep).finally(() => {
+        lane.running--;
+        this.#pump(tid);
+      });
+    }
+    if (lane.queue.length === 0 && lane.running === 0 && this.credits.used(tid) === 0) this.#lanes.delete(tid);
+  }
+
+  /** Tasks waiting in memory for a paused tenant/endpoint go back to the spill log. */
+  #evictBlocked(tid: string): void {
+    const lane = this.#lanes.get(tid);
+    const v = this.#views.get(tid);
+    if (!lane || !v) return;
+    const keep: Held[] = [];
+    for (const held of lane.queue) {
+      const ep = v.endpoints.get(held.task.endpointId);
+      if (v.tenant && ep && this.#blocked(v, ep)) void this.#spillHeld(held);
+      else keep.push(held);
+    }
+    lane.queue = keep;
+  }
+
+  async #spillHeld(held: Held): Promise<void> {
+    await this.#spill(held.task);
+    this.#finish(held);
+  }
+
+  #spill(task: DeliveryTask): Promise<void> {
+    this.#counter(task.tenantId).spilled++;
+    return this.#d.spill.spill(task);
+  }
+
+  #finish(held: Held): void {
+    this.credits.release(held.task.tenantId);
+    held.done();
+  }
+
+  async #attempt(held: Held, tenant: Tenant, ep: Endpoint): Promise<void> {
+    const { task } = held;
+    let outcome: Awaited<ReturnType<DeliveryPort['dispatch']>>;
+    try {
+      outcome = await this.#d.delivery.dispatch(task, tenant, ep);
+    } catch (err) {
+      outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
+    }
+    const rec: DeliveryRecord = { endpointId: task.endpointId, status: 'pending', attempts: task.attempt };
+    if ('status' in outcome && outcome.status !== undefined) rec.lastStatus = outcome.status;
+    if (outcome.kind === 'delivered') {
+      rec.status = 'delivered';
+      this.#d.records.attempt(task, rec);
+      this.#counter(task.tenantId).delivered++;
+      this.#epCounter(task.tenantId, task.endpointId).delivered++;
+      this.#finish(held);
+      return;
+    }
+    if (outcome.kind === 'deferred') {
+      // No attempt was made (breaker open): same attempt number, later.
+      await this.#d.retries.schedule(task, outcome.retryAfterMs);
+      this.#counter(task.tenantId).retrying++;
+      this.#finish(held);
+      return;
+    }
+    rec.lastError = outcome.error;
+    const delay =
+      outcome.kind === 'retry' ? this.#d.delivery.nextRetryDelay(this.#d.retryScheduleMs, task.attempt, outcome.retryAfterMs) : undefined;
+    if (delay !== undefined) {
+      rec.status = 'retrying';
+      await this.#d.retries.schedule({ ...task, attempt: task.attempt + 1 }, delay);
+      this.#d.records.attempt(task, rec);
+      this.#counter(task.tenantId).retrying++;
+      this.#finish(held);
+      return;
+    }
+    rec.status = 'failed';
+    await this.#deadLetter(task, outcome.error);
+    this.#d.records.attempt(task, rec);
+    this.#counter(task.tenantId).failed++;
+    this.#epCounter(task.tenantId, task.endpointId).failed++;
+    this.#finish(held);
+  }
+
+  async #deadLetter(task: DeliveryTask, lastError: string): Promise<void> {
+    const entry = { eventId: task.eventId, endpointId: task.endpointId, attempts: task.attempt, lastError, failedAt: new Date().toISOString() };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await pushDlq(this.#d.redis, this.#d.keys, task, entry);
+        return;
+      } catch (err) {
+        this.#d.logger.warn({ err: (err as Error).message, attempt }, 'DLQ write failed; retrying');
+        await new Promise((r) => setTimeout(r, Math.min(200 * 2 ** Math.min(attempt, 4), 3000)));
+      }
+    }
+  }
+
+  // --- stats -----------------------------------------------------------------------------------
+
+  /** This worker's per-tenant numbers (for keys.workerStats). */
+  snapshot(): Record<string, WorkerTenantStats> {
+    const out: Record<string, WorkerTenantStats> = {};
+    const tids = new Set([...this.#counters.keys(), ...this.#lanes.keys(), ...this.credits.entries().map(([t]) => t)]);
+    for (const tid of tids) {
+      const c = this.#counter(tid);
+      const lane = this.#lanes.get(tid);
+      const endpoints: WorkerTenantStats['endpoints'] = {};
+      for (const [eid, n] of Object.entries(c.endpoints)) endpoints[eid] = { ...n, breaker: this.#d.delivery.breakerState(tid, eid) };
+      out[tid] = {
+        queued: lane?.queue.length ?? 0,
+        inFlight: lane?.running ?? 0,
+        creditsUsed: this.credits.used(tid),
+        spilled: c.spilled,
+        retrying: c.retrying,
+        delivered: c.delivered,
+        failed: c.failed,
+        endpoints,
+      };
+    }
+    return out;
+  }
+
+  close(): void {
+    clearInterval(this.#refresh);
+    this.#unsubscribe();
+  }
+}
+
+export interface WorkerTenantStats {
+  queued: number;
+  inFlight: number;
+  creditsUsed: number;
+  spilled: number;
+  retrying: number;
+  delivered: number;
+  failed: number;
+  endpoints: Record<string, { delivered: number; failed: number; breaker: 'closed' | 'open' | 'half-open' }>;
+}

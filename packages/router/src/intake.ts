@@ -1,0 +1,212 @@
+import { randomBytes } from 'node:crypto';
+import { errors, type Intake, type Keys, type Logger, type RedisClient, type SpillwayEvent } from '@spillway/shared';
+import { Queue } from 'bullmq';
+import { type RouterCommands, withCommands } from './commands/index.ts';
+import { eventToWire, type WireEvent } from './fanout.ts';
+
+/** Data of one intake job: a group-committed batch of accepted events. */
+export interface IntakeJobData {
+  v: 1;
+  events: WireEvent[];
+}
+
+/** BullMQ options shared by every intake job: keep a bounded tail of finished jobs for inspection. */
+export const INTAKE_JOB_OPTS = {
+  removeOnComplete: { count: 1000, age: 3600 },
+  removeOnFail: { count: 5000, age: 7 * 24 * 3600 },
+  // A processing error (Redis blip) is retried; the job is the durable owner of its events.
+  attempts: 1_000_000,
+  backoff: { type: 'fixed', delay: 1000 },
+} as const;
+
+/** Largest batch one group commit makes durable. */
+const MAX_BATCH = 256;
+/** How long a "pending" marker lives: long enough for one commit, short enough that a crash frees the id soon. */
+const PENDING_TTL_MS = 30_000;
+/** How long a submit waits for another process's pending marker to settle before answering 503. */
+const FOREIGN_PENDING_WAIT_MS = 1500;
+/** A commit that has not finished by then answers 503 (the job may still land; the worker then marks the ids done). */
+const COMMIT_TIMEOUT_MS = 3000;
+const DONE = 'd';
+
+export interface IntakeOptions {
+  redis: RedisClient;
+  keys: Keys;
+  logger: Logger;
+  dedupWindowMs: number;
+  groupCommitMs: number;
+}
+
+interface Pending {
+  event: SpillwayEvent;
+  key: string;
+  resolve: (r: { id: string; duplicate: boolean }) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * The durable intake: collects submitted events for ≤ groupCommitMs (or MAX_BATCH events) and makes
+ * the batch durable as ONE BullMQ job; each caller resolves only after Redis acknowledged it.
+ *
+ * Dedup never lets a marker claim "done" for an event that is not durable: markers are reserved as
+ * `p:<token>` (short TTL) before the job is added, promoted to `d` with the full window after, and
+ * released if the add failed. A duplicate in this process waits on the first submit's promise; a
+ * duplicate that finds another process's pending marker waits briefly for it, then answers 503.
+ * See docs/architecture.md ("Dedup").
+ */
+export class DurableIntake implements Intake {
+  readonly #redis: RedisClient & RouterCommands;
+  readonly #keys: Keys;
+  readonly #logger: Logger;
+  readonly #queue: Queue;
+  readonly #windowMs: number;
+  readonly #groupMs: number;
+  readonly #inflight = new Map<string, Promise<{ id: string; duplicate: boolean }>>();
+  #batch: Pending[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(opts: IntakeOptions) {
+    this.#redis = withCommands(opts.redis);
+    this.#keys = opts.keys;
+    this.#logger = opts.logger;
+    this.#windowMs = opts.dedupWindowMs;
+    this.#groupMs = opts.groupCommitMs;
+    this.#queue = new Queue(opts.keys.intakeQueue, { connection: opts.redis as never, prefix: opts.keys.bullPrefix });
+    this.#queue.on('error', (err) => this.#logger.warn({ err: err.message }, 'intake queue error'));
+  }
+
+  submit(event: SpillwayEvent): Promise<{ id: string; duplicate: boolean }> {
+    if (this.#closed) return Promise.reject(errors.unavailable('intake is shutting down', { retryAfter: 1 }));
+    const key = this.#keys.dedup(event.tenantId, event.id);
+    const first = this.#inflight.get(key);
+    if (first) {
+      // Same id already on its way in this process: the answer is "duplicate" once the first is
+      // durable, and the first's error otherwise.
+      return first.then((r) => ({ id: r.id, duplicate: true }));
+    }
+    const p = new Promise<{ id: string; duplicate: boolean }>((resolve, reject) => {
+      this.#batch.push({ event, key, resolve, reject });
+    });
+    this.#inflight.set(key, p);
+    const clear = () => {
+      if (this.#inflight.get(key) === p) this.#inflight.delete(key);
+    };
+    p.then(clear, clear);
+    if (this.#batch.length >= MAX_BATCH) this.#flush();
+    else this.#timer ??= setTimeout(() => this.#flush(), this.#groupMs);
+    return p;
+  }
+
+  #flush(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const batch = this.#batch;
+    this.#batch = [];
+    if (batch.length > 0) void this.#commit(batch);
+  }
+
+  async #commit(batch: Pending[]): Promise<void> {
+    const marker = `p:${randomBytes(8).toString('hex')}`;
+    let reserved: Pending[] = [];
+    let added = false;
+    try {
+      await withTimeout(
+        (async () => {
+          const pipe = this.#redis.pipeline();
+          for (const p of batch) pipe.set(p.key, marker, 'PX', PENDING_TTL_MS, 'NX', 'GET');
+          const res = await pipe.exec();
+          if (!res) throw new Error('pipeline aborted');
+          const foreign: Pending[] = [];
+          res.forEach(([err, old], i) => {
+            const p = batch[i]!;
+            if (err) throw err;
+            if (old === null) reserved.push(p);
+            else if (old === DONE) p.resolve({ id: p.event.id, duplicate: true });
+            else foreign.push(p);
+          });
+          for (const p of foreign) void this.#awaitForeign(p);
+          if (reserved.length === 0) return;
+          const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
+          await this.#queue.add('batch', data, INTAKE_JOB_OPTS);
+          added = true;
+        })(),
+        COMMIT_TIMEOUT_MS,
+      );
+    } catch (err) {
+      this.#logger.warn({ err: (err as Error).message, events: batch.length }, 'intake commit failed');
+      const failure = errors.unavailable('durable storage cannot take the event right now', { cause: err, retryAfter: 1 });
+      if (added) {
+        // Durable after all (the timeout fired late): answer truthfully.
+        for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
+        reserved = [];
+      }
+      for (const p of reserved) void this.#redis.dedupRelease(p.key, marker).catch(() => {});
+      for (const p of batch) p.reject(failure); // no-op for the ones already settled
+      return;
+    }
+    if (reserved.length === 0) return;
+    // Durable: answer now; promote the markers to the full window in the background. If that
+    // fails, the worker promotes them when it processes the job (it always does).
+    for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
+    const pipe = this.#redis.pipeline();
+    for (const p of reserved) pipe.set(p.key, DONE, 'PX', this.#windowMs);
+    pipe.exec().catch((err) => this.#logger.warn({ err: (err as Error).message }, 'dedup promote failed; worker will promote'));
+  }
+
+  /** Another process holds a pending marker for this id: wait for it to become done (duplicate) or give up with 503. */
+  async #awaitForeign(p: Pending): Promise<void> {
+    const deadline = Date.now() + FOREIGN_PENDING_WAIT_MS;
+    try {
+      while (Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        const v = await this.#redis.get(p.key);
+        if (v === DONE) return p.resolve({ id: p.event.id, duplicate: true });
+        if (v === null) break;
+      }
+    } catch {
+      // fall through to 503
+    }
+    p.reject(errors.unavailable('the same event id is being accepted elsewhere; retry', { retryAfter: 1 }));
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#flush();
+    await Promise.allSettled([...this.#inflight.values()]);
+    await this.#queue.close().catch(() => {});
+  }
+}
+
+/** Marks ids of a processed intake job as done (idempotent; covers a lost promote after a durable add). */
+export function promoteDedup(redis: RedisClient, keys: Keys, events: readonly WireEvent[], windowMs: number): Promise<unknown> {
+  const pipe = redis.pipeline();
+  for (const e of events) pipe.set(keys.dedup(e.t, e.i), DONE, 'PX', windowMs);
+  return pipe.exec();
+}
+
+export function createIntake(rt: { redis: RedisClient; keys: Keys; logger: Logger; config: { dedupWindowMs: number; groupCommitMs: number } }): DurableIntake {
+  return new DurableIntake({
+    redis: rt.redis,
+    keys: rt.keys,
+    logger: rt.logger,
+    dedupWindowMs: rt.config.dedupWindowMs,
+    groupCommitMs: rt.config.groupCommitMs,
+  });
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}

@@ -1,0 +1,112 @@
+import type { DeliveryRecord, DlqEntry, Keys, Logger, RedisClient } from '@spillway/shared';
+import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
+import type { EventView } from './services.ts';
+
+/**
+ * Delivery records: one hash per event, `keys.event(tid, eid)`:
+ *   meta          {"id","type","receivedAt"}
+ *   ep:<endpoint> DeliveryRecord JSON (pending at fan-out, rewritten after every attempt)
+ * They are what GET /v1/tenants/:tid/events/:eid shows. They are NOT the durable owner of anything
+ * (tasks are owned by jobs/offsets), so writes are batched and best-effort.
+ */
+export const RECORD_TTL_S = 7 * 24 * 3600;
+const FLUSH_MS = 5;
+
+type Write = { kind: 'create'; key: string; meta: string; fields: string[] } | { kind: 'set'; key: string; field: string; value: string };
+
+export class RecordWriter {
+  readonly #redis: RedisClient;
+  readonly #keys: Keys;
+  readonly #logger: Logger;
+  #buf: Write[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #flushing: Promise<void> = Promise.resolve();
+
+  constructor(redis: RedisClient, keys: Keys, logger: Logger) {
+    this.#redis = redis;
+    this.#keys = keys;
+    this.#logger = logger;
+  }
+
+  /** At fan-out: the event's meta and a pending record per endpoint, unless they exist (a re-run job keeps progress). */
+  created(tenantId: string, eventId: string, type: string, receivedAt: number, endpointIds: readonly string[]): void {
+    const meta = JSON.stringify({ id: eventId, type, receivedAt });
+    this.#push({ kind: 'create', key: this.#keys.event(tenantId, eventId), meta, fields: endpointIds as string[] });
+  }
+
+  attempt(task: DeliveryTask, rec: DeliveryRecord): void {
+    this.#push({ kind: 'set', key: this.#keys.event(task.tenantId, task.eventId), field: `ep:${task.endpointId}`, value: JSON.stringify(rec) });
+  }
+
+  #push(w: Write): void {
+    this.#buf.push(w);
+    this.#timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
+  }
+
+  flush(): Promise<void> {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const buf = this.#buf;
+    this.#buf = [];
+    if (buf.length === 0) return this.#flushing;
+    const pipe = this.#redis.pipeline();
+    for (const w of buf) {
+      if (w.kind === 'create') {
+        pipe.hsetnx(w.key, 'meta', w.meta);
+        for (const ep of w.fields) {
+          const rec: DeliveryRecord = { endpointId: ep, status: 'pending', attempts: 0 };
+          pipe.hsetnx(w.key, `ep:${ep}`, JSON.stringify(rec));
+        }
+        pipe.expire(w.key, RECORD_TTL_S);
+      } else pipe.hset(w.key, w.field, w.value);
+    }
+    this.#flushing = pipe.exec().then(
+      () => {},
+      (err) => this.#logger.warn({ err: (err as Error).message, writes: buf.length }, 'delivery record write failed'),
+    );
+    return this.#flushing;
+  }
+}
+
+export async function readEvent(redis: RedisClient, keys: Keys, tenantId: string, eventId: string): Promise<EventView | undefined> {
+  const all = await redis.hgetall(keys.event(tenantId, eventId));
+  if (!all.meta) return undefined;
+  const meta = JSON.parse(all.meta) as { id: string; type: string; receivedAt: number };
+  const deliveries = Object.entries(all)
+    .filter(([k]) => k.startsWith('ep:'))
+    .map(([, v]) => JSON.parse(v) as DeliveryRecord)
+    .sort((a, b) => a.endpointId.localeCompare(b.endpointId));
+  return { id: meta.id, type: meta.type, receivedAt: new Date(meta.receivedAt).toISOString(), deliveries };
+}
+
+/** One DLQ list element: what the API shows plus the task, so replay needs nothing else. */
+export interface DlqItem extends DlqEntry {
+  task: WireTask;
+}
+
+/** Durable hand-off of a task to the DLQ (the caller keeps the task until this resolves). */
+export async function pushDlq(redis: RedisClient, keys: Keys, task: DeliveryTask, entry: DlqEntry): Promise<void> {
+  const item: DlqItem = { ...entry, task: { ...taskToWire(task), a: 1 } };
+  await redis.rpush(keys.dlq(task.tenantId), JSON.stringify(item));
+}
+
+export async function readDlq(
+  redis: RedisClient,
+  keys: Keys,
+  tenantId: string,
+  opts: { endpointId?: string; limit?: number } = {},
+): Promise<{ raw: string; item: DlqItem }[]> {
+  const limit = opts.limit ?? 1000;
+  const out: { raw: string; item: DlqItem }[] = [];
+  // Pages through the list so an endpoint filter still returns up to `limit` matches.
+  for (let start = 0; out.length < limit; start += 500) {
+    const page = await redis.lrange(keys.dlq(tenantId), start, start + 499);
+    for (const raw of page) {
+      const item = JSON.parse(raw) as DlqItem;
+      if (opts.endpointId === undefined || item.endpointId === opts.endpointId) out.push({ raw, item });
+      if (out.length >= limit) break;
+    }
+    if (page.length < 500) break;
+  }
+  return out;
+}

@@ -1,0 +1,134 @@
+import { createHash } from 'node:crypto';
+import type { DlqEntry } from '@spillway/shared';
+import { Queue } from 'bullmq';
+import { withCommands } from './commands/index.ts';
+import { createIntake } from './intake.ts';
+import { readDlq, readEvent } from './records.ts';
+import { RETRY_JOB_OPTS, type RetryJobData } from './retry.ts';
+import type { Runtime } from './runtime.ts';
+import type { EndpointStats, EventView, RouterServices, TenantStats } from './services.ts';
+import { readWorkerStats } from './stats.ts';
+import { ConfigStore } from './store.ts';
+
+/** Replay moves the DLQ in chunks: one retry job per chunk, then the chunk's entries are removed. */
+const REPLAY_CHUNK = 200;
+
+/** The router's services for the admin API and the ingest role (see services.ts). */
+export function createRouterServices(rt: Runtime): RouterServices {
+  const { keys } = rt;
+  const redis = withCommands(rt.redis);
+  const intake = createIntake(rt);
+  const store = new ConfigStore(rt.redis, keys);
+  let retryQueue: Queue | undefined;
+  const retries = () => {
+    retryQueue ??= new Queue(keys.retryQueue, { connection: rt.redis as never, prefix: keys.bullPrefix });
+    return retryQueue;
+  };
+
+  return {
+    intake,
+
+    getEvent(tenantId: string, eventId: string): Promise<EventView | undefined> {
+      return readEvent(rt.redis, keys, tenantId, eventId);
+    },
+
+    async listDlq(tenantId, opts = {}): Promise<DlqEntry[]> {
+      const items = await readDlq(rt.redis, keys, tenantId, opts);
+      return items.map(({ item }) => ({
+        eventId: item.eventId,
+        endpointId: item.endpointId,
+        attempts: item.attempts,
+        lastError: item.lastError,
+        failedAt: item.failedAt,
+      }));
+    },
+
+    /**
+     * Each chunk becomes ONE retry job (delay 0, attempt 1 = a fresh schedule) whose id is derived
+     * from the chunk's contents, and only after Redis has it are the entries removed. A crash
+     * between the two leaves the entries in place; replaying again re-adds the same job id, which
+     * BullMQ ignores while that job still exists — so no loss, and no double within the job's retention.
+     */
+    async replayDlq(tenantId, opts = {}): Promise<number> {
+      const total = (await readDlq(rt.redis, keys, tenantId, { ...(opts.endpointId ? { endpointId: opts.endpointId } : {}), limit: 1_000_000 })).length;
+      let done = 0;
+      opts.onProgress?.(0, total);
+      while (done < total) {
+        const chunk = await readDlq(rt.redis, keys, tenantId, {
+          ...(opts.endpointId ? { endpointId: opts.endpointId } : {}),
+          limit: REPLAY_CHUNK,
+        });
+        if (chunk.length === 0) break;
+        const data: RetryJobData = { v: 1, tasks: chunk.map(({ item }) => ({ ...item.task, a: 1 })) };
+        const jobId = `replay-${createHash('sha1').update(tenantId).update(chunk.map((c) => c.raw).join('\n')).digest('hex')}`;
+        await retries().add('replay', data, { ...RETRY_JOB_OPTS, jobId });
+        await redis.dlqRemove(keys.dlq(tenantId), ...chunk.map((c) => c.raw));
+        done += chunk.length;
+        opts.onProgress?.(Math.min(done, total), total);
+      }
+      return done;
+    },
+
+    async tenantStats(tenantId, opts = {}): Promise<TenantStats> {
+      const tenant = await store.requireTenant(tenantId);
+      const endpoints = await store.listEndpoints(tenantId);
+      const workers = await readWorkerStats(rt.redis, keys);
+      const dlq = await rt.redis.llen(keys.dlq(tenantId));
+      const sum: TenantStats = {
+        status: tenant.status,
+        credits: { used: 0, limit: tenant.limits.maxInFlight },
+        queued: 0,
+        inFlight: 0,
+        spilled: 0,
+        retrying: 0,
+        dlq,
+        delivered: 0,
+        failed: 0,
+        endpoints: [],
+      };
+      const eps = new Map<string, EndpointStats>(endpoints.map((e) => [e.id, { id: e.id, breaker: 'closed', delivered: 0, failed: 0 }]));
+      const perWorker: NonNullable<TenantStats['workers']> = [];
+      const rank = { closed: 0, 'half-open': 1, open: 2 } as const;
+      for (const w of workers) {
+        const t = w.tenants[tenantId];
+        if (!t) continue;
+        sum.credits.used += t.creditsUsed;
+        sum.queued += t.queued;
+        sum.inFlight += t.inFlight;
+        sum.spilled += t.spilled;
+        sum.retrying += t.retrying;
+        sum.delivered += t.delivered;
+        sum.failed += t.failed;
+        const wEps: EndpointStats[] = [];
+        for (const [eid, n] of Object.entries(t.endpoints)) {
+          wEps.push({ id: eid, ...n });
+          const e = eps.get(eid);
+          if (!e) continue;
+          e.delivered += n.delivered;
+          e.failed += n.failed;
+          // The worst state any worker sees is the one to show.
+          if (rank[n.breaker] > rank[e.breaker]) e.breaker = n.breaker;
+        }
+        perWorker.push({
+          workerId: w.workerId,
+          credits: { used: t.creditsUsed, limit: tenant.limits.maxInFlight },
+          queued: t.queued,
+          inFlight: t.inFlight,
+          spilled: t.spilled,
+          retrying: t.retrying,
+          delivered: t.delivered,
+          failed: t.failed,
+          endpoints: wEps,
+        });
+      }
+      sum.endpoints = [...eps.values()];
+      if (opts.detail) sum.workers = perWorker;
+      return sum;
+    },
+
+    async close(): Promise<void> {
+      await intake.close();
+      await retryQueue?.close().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,110 @@
+import type { Logger } from '@spillway/shared';
+import type { Kafka, Producer } from 'kafkajs';
+import { type DeliveryTask, taskToWire } from '../fanout.ts';
+
+const FLUSH_MS = 2;
+const MAX_BATCH = 500;
+
+interface Item {
+  task: DeliveryTask;
+  resolve: () => void;
+}
+
+/**
+ * Appends tasks to the spill topic (keyed by tenant, acks=-1, idempotent producer), batched over
+ * ≤ 2 ms. `spill()` resolves only once Kafka acknowledged the record: until then the caller (an
+ * intake job, a retry job or the drainer's uncommitted offset) still owns the task. Sends that
+ * fail are retried with backoff until they succeed or the producer closes — a broker restart is
+ * ridden out without a process restart.
+ */
+export class SpillProducer {
+  readonly #kafka: Kafka;
+  readonly #topic: string;
+  readonly #logger: Logger;
+  #producer: Producer | undefined;
+  #connecting: Promise<Producer> | undefined;
+  #buf: Item[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+  #inflight = new Set<Promise<void>>();
+  /** Records acknowledged by Kafka (for stats/tests). */
+  sent = 0;
+
+  constructor(kafka: Kafka, topic: string, logger: Logger) {
+    this.#kafka = kafka;
+    this.#topic = topic;
+    this.#logger = logger;
+  }
+
+  spill(task: DeliveryTask): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error('spill producer closed'));
+    return new Promise<void>((resolve) => {
+      this.#buf.push({ task, resolve });
+      if (this.#buf.length >= MAX_BATCH) this.#flush();
+      else this.#timer ??= setTimeout(() => this.#flush(), FLUSH_MS);
+    });
+  }
+
+  async #connect(): Promise<Producer> {
+    if (this.#producer) return this.#producer;
+    this.#connecting ??= (async () => {
+      const p = this.#kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+      try {
+        await p.connect();
+      } catch (err) {
+        this.#connecting = undefined;
+        await p.disconnect().catch(() => {});
+        throw err;
+      }
+      this.#producer = p;
+      return p;
+    })();
+    return this.#connecting;
+  }
+
+  #flush(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const batch = this.#buf;
+    this.#buf = [];
+    if (batch.length === 0) return;
+    const p = this.#send(batch);
+    this.#inflight.add(p);
+    void p.finally(() => this.#inflight.delete(p));
+  }
+
+  async #send(batch: Item[]): Promise<void> {
+    const messages = batch.map((it) => ({ key: it.task.tenantId, value: JSON.stringify(taskToWire(it.task)) }));
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const producer = await this.#connect();
+        await producer.send({ topic: this.#topic, acks: -1, messages });
+        this.sent += batch.length;
+        for (const it of batch) it.resolve();
+        return;
+      } catch (err) {
+        if (this.#closed && attempt > 2) {
+          // Shutting down: the owners keep their tasks (their jobs/offsets are not resolved).
+          this.#logger.warn({ err: (err as Error).message, records: batch.length }, 'spill abandoned at shutdown; owners keep the tasks');
+          return;
+        }
+        this.#logger.warn({ err: (err as Error).message, attempt }, 'spill send failed; retrying');
+        // A producer whose broker went away may be stuck: start a fresh one after a few failures.
+        if (attempt % 3 === 2) {
+          const old = this.#producer;
+          this.#producer = undefined;
+          this.#connecting = undefined;
+          await old?.disconnect().catch(() => {});
+        }
+        await new Promise((r) => setTimeout(r, Math.min(200 * 2 ** Math.min(attempt, 4), 3000)));
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#flush();
+    await Promise.allSettled([...this.#inflight]);
+    this.#closed = true;
+    await this.#producer?.disconnect().catch(() => {});
+  }
+}

@@ -1,0 +1,112 @@
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type ConfigStore, createRuntime, ensureSpillTopic, type Runtime } from '@spillway/router';
+import type { Endpoint, SpillwayEvent, Tenant, TenantLimits } from '@spillway/shared';
+import { Kafka, logLevel } from 'kafkajs';
+import { testConfig } from './env.ts';
+
+/** A receiver on 127.0.0.1:0 that counts every webhook-id it got (duplicates counted). */
+export interface Receiver {
+  url: string;
+  /** webhook-id → how many times it arrived with a 2xx answer. */
+  got: Map<string, number>;
+  /** Requests seen, including the ones answered with an error. */
+  requests: number;
+  /** What to answer; default 200 immediately. */
+  behave: (req: IncomingMessage) => { status: number; delayMs?: number };
+  close(): Promise<void>;
+}
+
+export async function startReceiver(behave: Receiver['behave'] = () => ({ status: 200 })): Promise<Receiver> {
+  const r: Receiver = { url: '', got: new Map(), requests: 0, behave, close: async () => {} };
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      r.requests++;
+      const { status, delayMs } = r.behave(req);
+      const answer = () => {
+        if (status >= 200 && status < 300) {
+          const id = String(req.headers['webhook-id']);
+          r.got.set(id, (r.got.get(id) ?? 0) + 1);
+        }
+        res.writeHead(status).end();
+      };
+      if (delayMs) setTimeout(answer, delayMs);
+      else answer();
+    });
+  });
+  server.keepAliveTimeout = 1000;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  r.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+  r.close = () =>
+    new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    });
+  return r;
+}
+
+/** Environment overrides every router test needs. */
+export const ROUTER_TEST_ENV = {
+  SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
+  SPILLWAY_RETRY_SCHEDULE: '100ms,200ms',
+  SPILLWAY_GROUP_COMMIT: '2ms',
+};
+
+export function routerRuntime(overrides: Record<string, string> = {}): Runtime {
+  return createRuntime(testConfig({ ...ROUTER_TEST_ENV, ...overrides }));
+}
+
+export async function makeTenant(store: ConfigStore, limits: Partial<TenantLimits> = {}, id = `ten-${randomBytes(3).toString('hex')}`): Promise<Tenant> {
+  return store.createTenant({
+    id,
+    limits: { maxInFlight: 100, concurrency: 16, ...limits },
+    status: 'active',
+    createdAt: new Date().toISOString(),
+  });
+}
+
+export async function makeEndpoint(store: ConfigStore, tenantId: string, url: string, extra: Partial<Endpoint> = {}): Promise<Endpoint> {
+  return store.createEndpoint({
+    id: `ep-${randomBytes(3).toString('hex')}`,
+    tenantId,
+    url,
+    eventTypes: ['*'],
+    secret: `whsec_${randomBytes(24).toString('base64')}`,
+    timeoutMs: 5000,
+    status: 'active',
+    createdAt: new Date().toISOString(),
+    ...extra,
+  });
+}
+
+export function makeEvent(tenantId: string, id: string, type = 'order.created'): SpillwayEvent {
+  return { tenantId, id, type, receivedAt: Date.now(), contentType: 'application/json', body: Buffer.from(JSON.stringify({ id, n: 1 })) };
+}
+
+/** Creates the per-test spill topic with `partitions` partitions (1 forces tenants to share one). */
+export async function createSpillTopic(rt: Runtime, partitions?: number): Promise<void> {
+  if (partitions === undefined) return ensureSpillTopic(rt);
+  const admin = rt.kafka.admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ waitForLeaders: true, topics: [{ topic: rt.config.spillTopic, numPartitions: partitions, replicationFactor: 1 }] });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** Deletes the per-test spill topic (best effort). */
+export async function dropSpillTopic(brokers: string[], topic: string): Promise<void> {
+  const admin = new Kafka({ clientId: 'router-test-cleanup', brokers, logLevel: logLevel.NOTHING }).admin();
+  try {
+    await admin.connect();
+    await admin.deleteTopics({ topics: [topic], timeout: 5000 });
+  } catch {
+    // best effort
+  } finally {
+    await admin.disconnect().catch(() => {});
+  }
+}
