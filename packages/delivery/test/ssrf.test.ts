@@ -1,0 +1,116 @@
+import dns from 'node:dns';
+import { createKeys, createLogger, createRedis, type RedisClient } from '@spillway/shared';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { testConfig } from '../../../test/helpers/env.ts';
+import { Dispatcher, guardedLookup, isForbiddenAddress, type LookupFn } from '../src/index.ts';
+import { endpoint, type Receiver, receiver, task, tenant } from './helpers.ts';
+
+describe('isForbiddenAddress', () => {
+  const table: [string, string[], boolean][] = [
+    ['127.0.0.1', [], true],
+    ['127.0.0.1', ['127.0.0.1/32'], false],
+    ['127.0.0.9', ['127.0.0.1/32'], true],
+    ['10.1.2.3', [], true],
+    ['172.16.0.1', [], true],
+    ['192.168.1.1', [], true],
+    ['169.254.169.254', [], true],
+    ['100.64.0.1', [], true], // CGNAT
+    ['224.0.0.1', [], true], // multicast
+    ['255.255.255.255', [], true],
+    ['0.0.0.0', [], true],
+    ['240.0.0.1', [], true], // reserved
+    ['8.8.8.8', [], false],
+    ['93.184.216.34', [], false],
+    ['::1', [], true],
+    ['::1', ['127.0.0.1/32'], true],
+    ['::1', ['::1/128'], false],
+    ['::', [], true],
+    ['fe80::1', [], true],
+    ['fc00::1', [], true],
+    ['ff02::1', [], true],
+    ['::ffff:127.0.0.1', [], true], // IPv4-mapped loopback
+    ['::ffff:127.0.0.1', ['127.0.0.1/32'], false], // mapped form of an allowed address
+    ['::ffff:8.8.8.8', [], true], // IPv4-mapped: refused
+    ['64:ff9b::7f00:1', [], true], // NAT64 of 127.0.0.1
+    ['2002:7f00:1::', [], true], // 6to4
+    ['2606:4700:4700::1111', [], false],
+    ['not-an-ip', [], true],
+  ];
+  it.each(table)('%s with allow %j → forbidden=%s', (addr, allow, expected) => {
+    expect(isForbiddenAddress(addr, allow)).toBe(expected);
+  });
+});
+
+describe('guardedLookup', () => {
+  const fake =
+    (answers: { address: string; family: number }[]): LookupFn =>
+    ((_h: string, _o: unknown, cb: (e: Error | null, a: unknown) => void) => cb(null, answers)) as unknown as LookupFn;
+
+  it('answers both call shapes and refuses a name when any answer is forbidden', async () => {
+    const ok = guardedLookup([], fake([{ address: '8.8.8.8', family: 4 }]));
+    const one = await new Promise((r) => ok('x.test', {}, (e, a, f) => r([e, a, f])));
+    expect(one).toEqual([null, '8.8.8.8', 4]);
+    const all = await new Promise((r) => ok('x.test', { all: true }, (e, a) => r([e, a])));
+    expect(all).toEqual([null, [{ address: '8.8.8.8', family: 4 }]]);
+    const mixed = guardedLookup([], fake([{ address: '8.8.8.8', family: 4 }, { address: '10.0.0.1', family: 4 }]));
+    const err = await new Promise<NodeJS.ErrnoException | null>((r) => mixed('x.test', { all: true }, (e) => r(e)));
+    expect((err as unknown as { code: string }).code).toBe('SPW_ERR_TARGET_FORBIDDEN');
+  });
+});
+
+describe('SSRF guard in the connector', () => {
+  let redis: RedisClient;
+  const receivers: Receiver[] = [];
+  const dispatchers: Dispatcher[] = [];
+  const config = testConfig();
+
+  beforeAll(() => {
+    redis = createRedis(config.redis);
+  });
+  afterAll(() => redis.disconnect());
+  afterEach(async () => {
+    for (const d of dispatchers.splice(0)) await d.close();
+    for (const r of receivers.splice(0)) await r.close();
+  });
+
+  // `evil.test` resolves (through the injected lookup, as a hostile DNS would) to 127.0.0.9.
+  const hostileDns = ((host: string, opts: dns.LookupOptions, cb: (e: Error | null, a: unknown, f?: number) => void) => {
+    if (host === 'evil.test') return opts.all ? cb(null, [{ address: '127.0.0.9', family: 4 }]) : cb(null, '127.0.0.9', 4);
+    if (host === 'good.test') return opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
+    return dns.lookup(host, opts, cb as never);
+  }) as unknown as LookupFn;
+
+  function dispatcher(): Dispatcher {
+    const d = new Dispatcher({ redis, keys: createKeys(config.prefix), logger: createLogger('silent'), allowCidrs: ['127.0.0.1/32'], lookup: hostileDns });
+    dispatchers.push(d);
+    return d;
+  }
+
+  it('refuses 127.0.0.9, [::1] and a name resolving to a refused address; their listeners receive nothing', async () => {
+    const r9 = await receiver(undefined, '127.0.0.9');
+    const r6 = await receiver(undefined, '::1');
+    const rEvil = await receiver(undefined, '127.0.0.9');
+    receivers.push(r9, r6, rEvil);
+    const d = dispatcher();
+    const t = tenant('ssrf');
+    const targets = [r9.url, r6.url, `http://evil.test:${rEvil.port}/hook`];
+    for (const [i, url] of targets.entries()) {
+      const out = await d.dispatch(task('ssrf', `e${i}`), t, endpoint('ssrf', `e${i}`, url));
+      expect(out, url).toEqual({ kind: 'fail', error: 'target_forbidden' });
+    }
+    expect(r9.requests).toHaveLength(0);
+    expect(r6.requests).toHaveLength(0);
+    expect(rEvil.requests).toHaveLength(0);
+  });
+
+  it('delivers to an allowlisted address, by literal and by name', async () => {
+    const ok = await receiver();
+    receivers.push(ok);
+    const d = dispatcher();
+    const t = tenant('ssrf2');
+    expect((await d.dispatch(task('ssrf2', 'a'), t, endpoint('ssrf2', 'a', ok.url))).kind).toBe('delivered');
+    expect((await d.dispatch(task('ssrf2', 'b'), t, endpoint('ssrf2', 'b', `http://good.test:${ok.port}/x`))).kind).toBe('delivered');
+    expect(ok.requests).toHaveLength(2);
+    expect(ok.requests[1]!.headers.host).toBe(`good.test:${ok.port}`);
+  });
+});
