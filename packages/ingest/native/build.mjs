@@ -1,4 +1,26 @@
-// Builds the io_uring addon with node-gyp against this Node's own headers (SPILLWAY_NODEDIR).
-// Until the addon sources exist there is nothing to build.
+// Builds the io_uring addon with node-gyp against this Node's own headers (SPILLWAY_NODEDIR, set by
+// infra/local/env.sh). Never downloads headers: without a nodedir that has include/node, it fails.
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-if (!existsSync(new URL('./binding.gyp', import.meta.url))) process.exit(0);
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const nodedir = process.env.SPILLWAY_NODEDIR ?? dirname(dirname(process.execPath));
+if (!existsSync(join(nodedir, 'include', 'node', 'node_api.h'))) {
+  console.error(`ingest/native: no Node headers under ${nodedir}/include/node; source infra/local/env.sh first`);
+  process.exit(1);
+}
+if (!existsSync('/usr/include/liburing.h')) {
+  console.error('ingest/native: liburing headers missing; run infra/local/deps.sh (installs liburing-dev)');
+  process.exit(1);
+}
+const require = createRequire(import.meta.url);
+const gyp = join(dirname(require.resolve('node-gyp/package.json')), 'bin', 'node-gyp.js');
+const r = spawnSync(process.execPath, [gyp, 'rebuild', `--nodedir=${nodedir}`, '--jobs=max'], { cwd: here, stdio: 'inherit' });
+if (r.status !== 0) {
+  console.error('ingest/native: node-gyp rebuild failed');
+  process.exit(r.status ?? 1);
+}
+console.log('ingest/native: built build/Release/spillway_uring.node');

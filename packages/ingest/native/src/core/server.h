@@ -1,0 +1,82 @@
+/*
+ * The ingest server core: an io_uring loop on its own thread (multishot accept, multishot recv into
+ * a registered provided-buffer ring, batched sends) that frames HTTP/1.1 requests with
+ * http_parser.c and hands them to the embedder in batches. Pure C: the embedder (the N-API glue, or
+ * a C test) supplies a deliver callback and calls spw_server_* from any thread.
+ */
+#ifndef SPW_SERVER_H
+#define SPW_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct spw_config {
+  const char *host; /* numeric IPv4/IPv6 address */
+  int port;
+  int reuse_port;
+  int backlog;
+  uint64_t max_body_bytes;
+  uint32_t max_head_bytes;
+  uint32_t max_headers;
+  uint32_t headers_timeout_ms;
+  uint32_t request_timeout_ms;
+  uint32_t keepalive_timeout_ms;
+  uint32_t max_conns;
+  uint32_t buf_count; /* power of two */
+  uint32_t buf_size;
+  uint32_t ring_entries;
+  int post_only; /* answer 405 natively for any other method */
+} spw_config;
+
+void spw_config_defaults(spw_config *cfg);
+
+enum {
+  SPW_EV_HEAD = 1,  /* arena: method\0 target\0 remote\0 (name\0 value\0){n_headers} */
+  SPW_EV_BODY = 2,  /* arena: body bytes */
+  SPW_EV_END = 3,   /* body complete */
+  SPW_EV_ABORT = 4, /* arena: reason; the request is gone (peer closed, framing error, timeout) */
+  SPW_EV_CLOSED = 5 /* server stopped; last batch ever delivered */
+};
+
+typedef struct spw_event {
+  uint8_t type;
+  uint8_t chunked;
+  uint16_t n_headers;
+  uint32_t len;
+  uint64_t off;
+  double id; /* slot * 2^32 + request sequence: exact in a JS number */
+  int64_t content_length;
+} spw_event;
+
+typedef struct spw_batch {
+  spw_event *ev;
+  uint32_t n, cap;
+  char *arena;
+  size_t used, arena_cap;
+} spw_batch;
+
+void spw_batch_free(spw_batch *b);
+
+/* Returns 0 when the batch was taken (the taker frees it), non-zero to have it retried later. */
+typedef int (*spw_deliver_fn)(void *ctx, spw_batch *batch, int blocking);
+
+typedef struct spw_server spw_server;
+
+/* Validates cfg and allocates; no sockets yet. Returns 0 or -errno. */
+int spw_server_create(const spw_config *cfg, spw_deliver_fn deliver, void *ctx, spw_server **out);
+/* Binds, listens, sets up the ring and starts the thread. Returns the bound port or -errno. */
+int spw_server_start(spw_server *srv);
+/* Thread-safe commands; they take effect on the ring thread. Unknown/stale ids are ignored. */
+int spw_server_respond(spw_server *srv, double id, const char *data, size_t len, int close);
+int spw_server_continue(spw_server *srv, double id);
+/* Replaces the route table (exact path without query → body cap). Copies its input. */
+int spw_server_set_routes(spw_server *srv, const char *const *paths, const uint64_t *caps, size_t n);
+/* Stop accepting, finish in-flight requests for up to grace_ms, then stop; SPW_EV_CLOSED follows. */
+int spw_server_close(spw_server *srv, uint32_t grace_ms);
+/* After SPW_EV_CLOSED (or if start failed / never ran): joins the thread and frees. */
+void spw_server_destroy(spw_server *srv);
+
+/* 0 when io_uring with multishot recv and a registered buffer ring works here, else -errno. */
+int spw_probe(const char **what);
+
+#endif

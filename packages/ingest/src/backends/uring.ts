@@ -1,0 +1,300 @@
+/**
+ * The `uring` IngestServer: sockets and HTTP/1.1 framing live in the io_uring addon (its own
+ * thread); this file maps its event batches onto the IngestHandler and sends the answers back.
+ */
+import { readFileSync } from 'node:fs';
+import { STATUS_CODES } from 'node:http';
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import type { BodySink, HeadDecision, IngestResponse, IngestServer, IngestServerOptions, RequestHead } from '../server.ts';
+import { EV_ABORT, EV_BODY, EV_CLOSED, EV_END, EV_HEAD, NativeServer, type NativeEvent, nativeProbe } from './uring-native.ts';
+
+/** Tuning beyond IngestServerOptions; defaults suit the ingest role. */
+export interface UringTuning {
+  /** Request line + headers limit (431 past it). Default 16 KiB. */
+  maxHeadBytes?: number;
+  /** Header field count limit (431 past it). Default 64. */
+  maxHeaders?: number;
+  /** Idle keep-alive connections are closed after this. Default 5000. */
+  keepAliveTimeoutMs?: number;
+  /** How long close() lets in-flight requests finish. Default 5000. */
+  closeGraceMs?: number;
+  maxConnections?: number;
+  /** Provided-buffer ring: buffer count (power of two) and size. Defaults 1024 × 16 KiB. */
+  bufCount?: number;
+  bufSize?: number;
+}
+
+export interface UringIngestServer extends IngestServer {
+  readonly backend: 'uring';
+  /**
+   * Per-path body caps (exact path, query ignored), enforced natively before any body byte is handed
+   * up: a Content-Length over the cap gets 413 at once, a chunked body at the first byte past it.
+   * The global maxBodyBytes still applies on top. Replaces the previous table.
+   */
+  setRoutes(routes: ReadonlyMap<string, number> | Record<string, number>): void;
+}
+
+/** Whether this kernel/sandbox lets the addon run; the reason names what failed. */
+export function probeUring(): { ok: true } | { ok: false; reason: string } {
+  try {
+    if (readFileSync('/proc/sys/kernel/io_uring_disabled', 'utf8').trim() === '2') {
+      return { ok: false, reason: 'kernel.io_uring_disabled = 2' };
+    }
+  } catch {
+    // Older kernels have no such sysctl; the real probe below decides.
+  }
+  return nativeProbe();
+}
+
+export function createUringServer(opts: IngestServerOptions & UringTuning): UringIngestServer {
+  return new UringServer(opts);
+}
+
+interface Req {
+  id: number;
+  head: RequestHead;
+  sink: BodySink | undefined;
+  pending: Buffer[];
+  received: number;
+  ended: boolean;
+  done: boolean;
+  closeAfter: boolean;
+  hasBody: boolean;
+}
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const FORBIDDEN_VALUE = /[\0\r\n]/;
+/** Framing headers belong to the backend; a handler cannot override them. */
+const RESERVED = new Set(['content-length', 'content-type', 'transfer-encoding', 'connection']);
+
+function encodeResponse(res: IngestResponse, close: boolean): Buffer {
+  const body = res.body === undefined ? '' : JSON.stringify(res.body);
+  let head = `HTTP/1.1 ${res.status} ${STATUS_CODES[res.status] ?? 'Unknown'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n`;
+  if (res.headers) {
+    for (const [name, value] of Object.entries(res.headers)) {
+      const v = String(value);
+      if (!TOKEN.test(name) || FORBIDDEN_VALUE.test(v) || RESERVED.has(name.toLowerCase())) continue;
+      head += `${name}: ${v}\r\n`;
+    }
+  }
+  if (close) head += 'connection: close\r\n';
+  return Buffer.concat([Buffer.from(`${head}\r\n`, 'latin1'), Buffer.from(body, 'utf8')]);
+}
+
+function wantsClose(headers: Record<string, string>): boolean {
+  const c = headers['connection'];
+  return c !== undefined && /(^|,)\s*close\s*(,|$)/i.test(c);
+}
+
+class UringServer implements UringIngestServer {
+  readonly backend = 'uring' as const;
+  readonly #opts: IngestServerOptions & UringTuning;
+  readonly #reqs = new Map<number, Req>();
+  #native: NativeServer | undefined;
+  #routes: [string[], number[]] | undefined;
+  #closing: Promise<void> | undefined;
+  #resolveClosed: (() => void) | undefined;
+
+  constructor(opts: IngestServerOptions & UringTuning) {
+    this.#opts = opts;
+  }
+
+  async listen(): Promise<{ port: number }> {
+    if (this.#native) throw new Error('uring ingest server: listen() called twice');
+    const o = this.#opts;
+    const host = isIP(o.host) ? o.host : (await lookup(o.host)).address;
+    const closed = new Promise<void>((resolve) => {
+      this.#resolveClosed = resolve;
+    });
+    this.#closing = undefined;
+    const native = new NativeServer(
+      {
+        host,
+        port: o.port,
+        reusePort: o.reusePort === true,
+        ...(o.maxBodyBytes !== undefined && { maxBodyBytes: o.maxBodyBytes }),
+        ...(o.headersTimeoutMs !== undefined && { headersTimeoutMs: o.headersTimeoutMs }),
+        ...(o.requestTimeoutMs !== undefined && { requestTimeoutMs: o.requestTimeoutMs }),
+        ...(o.maxHeadBytes !== undefined && { maxHeadBytes: o.maxHeadBytes }),
+        ...(o.maxHeaders !== undefined && { maxHeaders: o.maxHeaders }),
+        ...(o.keepAliveTimeoutMs !== undefined && { keepAliveTimeoutMs: o.keepAliveTimeoutMs }),
+        ...(o.maxConnections !== undefined && { maxConnections: o.maxConnections }),
+        ...(o.bufCount !== undefined && { bufCount: o.bufCount }),
+        ...(o.bufSize !== undefined && { bufSize: o.bufSize }),
+      },
+      (events) => this.#onEvents(events),
+    );
+    if (this.#routes) native.setRoutes(...this.#routes);
+    const port = native.listen();
+    this.#native = native;
+    this.#closed = closed;
+    return { port };
+  }
+
+  #closed: Promise<void> | undefined;
+
+  setRoutes(routes: ReadonlyMap<string, number> | Record<string, number>): void {
+    const entries = routes instanceof Map ? [...routes] : Object.entries(routes);
+    this.#routes = [entries.map(([p]) => p), entries.map(([, c]) => c)];
+    this.#native?.setRoutes(...this.#routes);
+  }
+
+  close(): Promise<void> {
+    if (this.#closing) return this.#closing;
+    const native = this.#native;
+    if (!native) return Promise.resolve();
+    native.close(this.#opts.closeGraceMs ?? 5000);
+    this.#closing = (this.#closed ?? Promise.resolve()).then(() => {
+      this.#native = undefined;
+    });
+    return this.#closing;
+  }
+
+  #onEvents(events: NativeEvent[]): void {
+    for (const ev of events) {
+      switch (ev[0]) {
+        case EV_HEAD: {
+          const [, id, method, url, remote, flat, cl, chunked] = ev;
+          const headers: Record<string, string> = Object.create(null);
+          for (let i = 0; i + 1 < flat.length; i += 2) {
+            const name = flat[i]!;
+            const value = flat[i + 1]!;
+            const prev = headers[name];
+            headers[name] = prev === undefined ? value : name === 'set-cookie' ? prev : `${prev}, ${value}`;
+          }
+          const head: RequestHead = { method, url, headers, remoteAddress: remote, contentLength: cl >= 0 ? cl : undefined };
+          const req: Req = { id, head, sink: undefined, pending: [], received: 0, ended: false, done: false, closeAfter: wantsClose(headers), hasBody: chunked || cl > 0 };
+          this.#reqs.set(id, req);
+          this.#begin(req);
+          break;
+        }
+        case EV_BODY: {
+          const req = this.#reqs.get(ev[1]);
+          if (!req || req.done) break;
+          req.received += ev[2].length;
+          if (req.sink) this.#write(req, ev[2]);
+          else req.pending.push(ev[2]);
+          break;
+        }
+        case EV_END: {
+          const req = this.#reqs.get(ev[1]);
+          if (!req || req.done) break;
+          req.ended = true;
+          if (req.sink) void this.#finish(req, req.sink);
+          break;
+        }
+        case EV_ABORT: {
+          const req = this.#reqs.get(ev[1]);
+          if (!req) break;
+          req.done = true;
+          this.#reqs.delete(req.id);
+          req.sink?.abort(ev[2]);
+          break;
+        }
+        case EV_CLOSED: {
+          for (const req of this.#reqs.values()) {
+            req.done = true;
+            req.sink?.abort('server closed');
+          }
+          this.#reqs.clear();
+          this.#resolveClosed?.();
+          break;
+        }
+      }
+    }
+  }
+
+  #begin(req: Req): void {
+    let decision: HeadDecision | Promise<HeadDecision>;
+    try {
+      decision = this.#opts.handler.begin(req.head);
+    } catch (err) {
+      this.#fail(req, err);
+      return;
+    }
+    if (decision instanceof Promise) decision.then((d) => this.#decided(req, d), (err: unknown) => this.#fail(req, err));
+    else this.#decided(req, decision);
+  }
+
+  #decided(req: Req, d: HeadDecision): void {
+    if ('reject' in d) {
+      this.#respond(req, d.reject);
+      return;
+    }
+    const sink = d.accept;
+    if (req.done) {
+      sink.abort('client closed');
+      return;
+    }
+    if (req.head.contentLength !== undefined && req.head.contentLength > sink.maxBodyBytes) {
+      this.#tooLarge(req, sink);
+      return;
+    }
+    req.sink = sink;
+    // Native sends 100 Continue only if the client asked for it; the body was held back until now.
+    this.#native?.continue(req.id);
+    const pending = req.pending;
+    req.pending = [];
+    let seen = 0;
+    for (const chunk of pending) {
+      seen += chunk.length;
+      if (!this.#writeChecked(req, sink, chunk, seen)) return;
+    }
+    if (req.ended) void this.#finish(req, sink);
+  }
+
+  #write(req: Req, chunk: Buffer): void {
+    this.#writeChecked(req, req.sink!, chunk, req.received);
+  }
+
+  #writeChecked(req: Req, sink: BodySink, chunk: Buffer, total: number): boolean {
+    if (total > sink.maxBodyBytes) {
+      this.#tooLarge(req, sink);
+      return false;
+    }
+    try {
+      sink.write(chunk);
+      return true;
+    } catch (err) {
+      sink.abort('sink write failed');
+      this.#fail(req, err);
+      return false;
+    }
+  }
+
+  #tooLarge(req: Req, sink: BodySink): void {
+    sink.abort('body too large');
+    this.#respond(req, {
+      status: 413,
+      body: { error: { code: 'payload_too_large', message: `body exceeds ${sink.maxBodyBytes} bytes` } },
+      close: true,
+    });
+  }
+
+  async #finish(req: Req, sink: BodySink): Promise<void> {
+    let res: IngestResponse;
+    try {
+      res = await sink.end();
+    } catch (err) {
+      this.#fail(req, err);
+      return;
+    }
+    this.#respond(req, res);
+  }
+
+  #fail(req: Req, err: unknown): void {
+    const status = typeof (err as { status?: unknown })?.status === 'number' ? (err as { status: number }).status : 500;
+    const code = typeof (err as { apiCode?: unknown })?.apiCode === 'string' ? (err as { apiCode: string }).apiCode : 'internal';
+    this.#respond(req, { status, body: { error: { code, message: status >= 500 ? 'internal error' : String((err as Error)?.message) } }, close: true });
+  }
+
+  #respond(req: Req, res: IngestResponse): void {
+    if (req.done) return;
+    req.done = true;
+    this.#reqs.delete(req.id);
+    // Answering before the whole body arrived leaves bytes unread: native closes, so say so.
+    const close = res.close === true || req.closeAfter || (req.hasBody && !req.ended);
+    this.#native?.respond(req.id, encodeResponse(res, close), close);
+  }
+}
