@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { generateSecret, rotateSecret } from '@spillway/delivery';
 import { type Endpoint, errors, type Rate, type Source, type SourceKind, type Tenant } from '@spillway/shared';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
@@ -26,11 +27,6 @@ export const ENDPOINT_DEFAULT_TIMEOUT_MS = 15_000;
 export const SOURCE_DEFAULT_MAX_BODY = 1_048_576;
 /** How long a replaced endpoint secret keeps signing, so receivers can roll over. */
 const SECRET_OVERLAP_MS = 24 * 3600_000;
-
-/** `whsec_` + base64 of 24 random bytes (the Standard Webhooks secret format). */
-export function generateSecret(): string {
-  return `whsec_${randomBytes(24).toString('base64')}`;
-}
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(9).toString('base64url').replace(/[^A-Za-z0-9]/g, 'x')}`;
 
@@ -280,13 +276,8 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
         if (b.timeoutMs) next.timeoutMs = b.timeoutMs;
         if (b.rate === null) delete next.rate;
         else if (b.rate) next.rate = b.rate;
-        if (b.secret && b.secret !== ep.secret) {
-          // Rotation: the old secret keeps signing alongside the new one for a day.
-          const now = Date.now();
-          const kept = (ep.previousSecrets ?? []).filter((p) => Date.parse(p.expiresAt) > now);
-          next.previousSecrets = [...kept, { secret: ep.secret, expiresAt: new Date(now + SECRET_OVERLAP_MS).toISOString() }];
-          next.secret = b.secret;
-        }
+        // Rotation: the old secret keeps signing alongside the new one for a day.
+        if (b.secret && b.secret !== ep.secret) Object.assign(next, rotateSecret(ep, SECRET_OVERLAP_MS, b.secret));
         return next;
       });
     },

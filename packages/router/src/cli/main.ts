@@ -1,6 +1,15 @@
+import { existsSync } from 'node:fs';
 import { isSpillwayError, VERSION } from '@spillway/shared';
 import { Command, Option } from 'commander';
 import { ROLES, type Role, start } from '../start.ts';
+import { registerOperatorCommands } from './commands.ts';
+
+/**
+ * Edge commands (XDP allowlists and friends) live in ./edge.ts, written separately; a build
+ * without it still has every other command.
+ */
+const edgeUrl = new URL('./edge.ts', import.meta.url);
+const edge: { registerEdgeCommands?: (program: Command) => void } | undefined = existsSync(edgeUrl) ? await import(edgeUrl.href) : undefined;
 
 /** The `spillway` command. Operator subcommands talk to the admin API (SPILLWAY_ADMIN_URL). */
 export function buildProgram(): Command {
@@ -26,6 +35,8 @@ export function buildProgram(): Command {
       process.once('SIGTERM', stop);
     });
 
+  registerOperatorCommands(program);
+  edge?.registerEdgeCommands?.(program);
   return program;
 }
 
