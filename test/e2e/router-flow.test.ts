@@ -1,0 +1,108 @@
+import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import { afterEach, describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers/spawn.ts';
+import {
+  createSpillTopic,
+  dropSpillTopic,
+  makeEndpoint,
+  makeEvent,
+  makeTenant,
+  type Receiver,
+  routerRuntime,
+  startReceiver,
+} from '../helpers/router-fixtures.ts';
+
+const cleanup: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
+});
+
+async function setup(env: Record<string, string> = {}, partitions?: number) {
+  const rt: Runtime = routerRuntime(env);
+  await createSpillTopic(rt, partitions);
+  const store = new ConfigStore(rt.redis, rt.keys);
+  const services = createRouterServices(rt);
+  const workers: WorkerHandle[] = [];
+  cleanup.push(async () => {
+    for (const w of workers) await w.close();
+    await services.close();
+    await rt.close();
+    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
+  });
+  const receivers: Receiver[] = [];
+  cleanup.push(async () => {
+    for (const r of receivers) await r.close();
+  });
+  return {
+    rt,
+    store,
+    services,
+    async worker() {
+      const w = await createWorker(rt);
+      workers.push(w);
+      return w;
+    },
+    async receiver(b?: Receiver['behave']) {
+      const r = await startReceiver(b);
+      receivers.push(r);
+      return r;
+    },
+  };
+}
+
+describe('router flow', () => {
+  it('fans out to subscribed endpoints only, records deliveries, and answers duplicates without re-delivering', async () => {
+    const s = await setup();
+    const all = await s.receiver();
+    const orders = await s.receiver();
+    const users = await s.receiver();
+    const t = await makeTenant(s.store);
+    const epAll = await makeEndpoint(s.store, t.id, all.url);
+    const epOrders = await makeEndpoint(s.store, t.id, orders.url, { eventTypes: ['order.*'] });
+    await makeEndpoint(s.store, t.id, users.url, { eventTypes: ['user.created'] });
+    const disabled = await s.receiver();
+    await makeEndpoint(s.store, t.id, disabled.url, { status: 'disabled' });
+    await s.worker();
+    for (let i = 0; i < 20; i++) expect((await s.services.intake.submit(makeEvent(t.id, `e${i}`, 'order.created'))).duplicate).toBe(false);
+    expect((await s.services.intake.submit(makeEvent(t.id, 'e3', 'order.created'))).duplicate).toBe(true);
+    await waitFor(() => all.got.size === 20 && orders.got.size === 20, 'deliveries to both subscribed endpoints');
+    expect(users.requests).toBe(0);
+    expect(disabled.requests).toBe(0);
+    await waitFor(async () => (await s.services.getEvent(t.id, 'e7'))?.deliveries.every((d) => d.status === 'delivered'), 'records say delivered');
+    const view = await s.services.getEvent(t.id, 'e7');
+    expect(view).toMatchObject({ id: 'e7', type: 'order.created' });
+    expect(view!.deliveries.map((d) => d.endpointId).sort()).toEqual([epAll.id, epOrders.id].sort());
+    expect(view!.deliveries[0]).toMatchObject({ status: 'delivered', attempts: 1, lastStatus: 200 });
+    expect(all.got.get('e3')).toBe(1);
+    const stats = await waitFor(async () => {
+      const st = await s.services.tenantStats(t.id);
+      return st.delivered === 40 ? st : undefined;
+    }, 'stats summed from the worker');
+    expect(stats).toMatchObject({ status: 'active', credits: { used: 0, limit: 100 }, dlq: 0, failed: 0 });
+  });
+
+  it('retries on the schedule, dead-letters after the last attempt, and replay delivers with a fresh schedule', async () => {
+    const s = await setup({ SPILLWAY_RETRY_SCHEDULE: '100ms,200ms' });
+    let healthy = false;
+    const r = await s.receiver(() => ({ status: healthy ? 200 : 503 }));
+    const t = await makeTenant(s.store);
+    const ep = await makeEndpoint(s.store, t.id, r.url);
+    await s.worker();
+    for (let i = 0; i < 10; i++) await s.services.intake.submit(makeEvent(t.id, `f${i}`));
+    await waitFor(async () => (await s.services.listDlq(t.id)).length === 10, 'ten DLQ entries');
+    expect(r.requests).toBe(30); // 3 attempts each = schedule length + 1
+    const dlq = await s.services.listDlq(t.id);
+    expect(dlq[0]).toMatchObject({ endpointId: ep.id, attempts: 3, lastError: 'http_503' });
+    expect(await s.services.getEvent(t.id, 'f0')).toMatchObject({ deliveries: [{ status: 'failed', attempts: 3, lastStatus: 503 }] });
+    expect((await s.services.tenantStats(t.id)).dlq).toBe(10);
+
+    healthy = true;
+    const progress: number[] = [];
+    expect(await s.services.replayDlq(t.id, { onProgress: (d) => progress.push(d) })).toBe(10);
+    expect(progress.at(-1)).toBe(10);
+    expect(await s.services.listDlq(t.id)).toEqual([]);
+    await waitFor(() => r.got.size === 10, 'replayed deliveries');
+    await waitFor(async () => (await s.services.getEvent(t.id, 'f0'))?.deliveries[0]?.status === 'delivered', 'record delivered');
+    expect((await s.services.getEvent(t.id, 'f0'))!.deliveries[0]!.attempts).toBe(1);
+  });
+});
