@@ -1,0 +1,198 @@
+/**
+ * Spillway as the benchmarks and chaos runs see it: real `spillway start --role <r>` processes on a
+ * random prefix, configured through ConfigStore (the same writes the admin API makes), fed through
+ * the ingest port with GitHub-signed bodies. Each piece is probed before use so that a benchmark
+ * can say precisely which piece is missing instead of timing a stub.
+ */
+import { createHmac, randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { createKeys, createRedis, loadConfig, type Endpoint, type Source, type Tenant } from '@spillway/shared';
+import { Kafka, logLevel } from 'kafkajs';
+import { ConfigStore } from '../../../packages/router/src/store.ts';
+import { type Proc, run, sleep, until } from './procs.ts';
+
+export const SPILLWAY_BIN = fileURLToPath(new URL('../../../packages/router/bin/spillway.mjs', import.meta.url));
+export const REDIS_URL = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390';
+export const KAFKA_BROKERS = process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092';
+
+export type RoleName = 'all' | 'ingest' | 'worker' | 'admin';
+
+export interface RoleProc {
+  role: RoleName;
+  proc: Proc;
+  adminPort: number;
+  ingestPort?: number;
+  env: Record<string, string>;
+}
+
+export function signGithub(secret: string, body: Buffer): string {
+  return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
+}
+
+/** A JSON body of about `size` bytes with `sentAt` first (the sink reads it from the first bytes). */
+export function eventBody(size = 1024, sentAt = performance.timeOrigin + performance.now()): Buffer {
+  const head = `{"sentAt":${sentAt.toFixed(3)},"action":"opened","repository":{"full_name":"spillway/bench"},"pad":"`;
+  const tail = '"}';
+  return Buffer.from(head + 'x'.repeat(Math.max(0, size - head.length - tail.length)) + tail);
+}
+
+export interface SpillwayEnvOptions {
+  redisUrl?: string;
+  kafkaBrokers?: string;
+  extra?: Record<string, string>;
+}
+
+export class SpillwayCluster {
+  readonly prefix: string;
+  readonly env: Record<string, string>;
+  readonly redis;
+  readonly store: ConfigStore;
+  readonly roles: RoleProc[] = [];
+  readonly adminToken: string;
+
+  constructor(label: string, o: SpillwayEnvOptions = {}) {
+    this.prefix = `${label}-${randomBytes(3).toString('hex')}`;
+    this.adminToken = `bench-${randomBytes(12).toString('hex')}`;
+    this.env = {
+      SPILLWAY_REDIS_URL: o.redisUrl ?? REDIS_URL,
+      SPILLWAY_KAFKA_BROKERS: o.kafkaBrokers ?? KAFKA_BROKERS,
+      SPILLWAY_PREFIX: this.prefix,
+      SPILLWAY_SPILL_TOPIC: `${this.prefix}.spill`,
+      SPILLWAY_SPILL_PARTITIONS: '4',
+      SPILLWAY_ADMIN_PORT: '0',
+      SPILLWAY_INGEST_PORT: '0',
+      SPILLWAY_HOST: '127.0.0.1',
+      SPILLWAY_ADMIN_TOKEN: this.adminToken,
+      SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_BENCH_LOG_LEVEL ?? 'warn',
+      SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
+      ...o.extra,
+    };
+    const config = loadConfig(this.env);
+    this.redis = createRedis(config.redis, { maxRetriesPerRequest: 1 });
+    this.redis.on('error', () => {});
+    this.store = new ConfigStore(this.redis, createKeys(this.prefix));
+  }
+
+  async tenant(id: string, limits: Partial<Tenant['limits']> = {}): Promise<Tenant> {
+    return this.store.createTenant({
+      id,
+      limits: { maxInFlight: 1000, concurrency: 16, ...limits },
+      status: 'active',
+      createdAt: new Date().toISOString(),
+    });
+  }
+
+  async endpoint(tenantId: string, id: string, url: string, extra: Partial<Endpoint> = {}): Promise<Endpoint> {
+    return this.store.createEndpoint({
+      id,
+      tenantId,
+      url,
+      eventTypes: ['*'],
+      secret: `whsec_${randomBytes(24).toString('base64')}`,
+      timeoutMs: 5000,
+      status: 'active',
+      createdAt: new Date().toISOString(),
+      ...extra,
+    });
+  }
+
+  async githubSource(tenantId: string, id: string, extra: Partial<Source> = {}): Promise<Source> {
+    return this.store.createSource({
+      id,
+      tenantId,
+      kind: 'github',
+      secret: randomBytes(20).toString('hex'),
+      maxBodyBytes: 1024 * 1024,
+      createdAt: new Date().toISOString(),
+      ...extra,
+    });
+  }
+
+  /** Starts `spillway start --role <role>` as a child process and waits for its URLs. */
+  async startRole(role: RoleName, extra: Record<string, string> = {}, timeoutMs = 45_000): Promise<RoleProc> {
+    const env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...this.env, ...extra };
+    const proc = run(process.execPath, [SPILLWAY_BIN, 'start', '--role', role], env);
+    const adminPort = Number(
+      await until(
+        () => {
+          if (proc.child.exitCode !== null)
+            throw new Error(`spillway --role ${role} exited ${proc.child.exitCode}: ${proc.err().trim().slice(-600)}`);
+          return /admin:\s+http:\/\/[\d.]+:(\d+)/.exec(proc.out())?.[1];
+        },
+        `spillway --role ${role} to print its URLs`,
+        timeoutMs,
+      ),
+    );
+    await sleep(100);
+    const ingest = /ingest:\s+http:\/\/[\d.]+:(\d+)/.exec(proc.out())?.[1];
+    const r: RoleProc = { role, proc, adminPort, ingestPort: ingest ? Number(ingest) : undefined, env };
+    this.roles.push(r);
+    return r;
+  }
+
+  async metrics(r: RoleProc): Promise<string> {
+    const res = await fetch(`http://127.0.0.1:${r.adminPort}/metrics`);
+    return res.text();
+  }
+
+  /** Stops every role process, deletes the prefix's Redis keys and Kafka topic. */
+  async close(opts: { keepData?: boolean } = {}): Promise<void> {
+    await Promise.all(this.roles.map((r) => r.proc.stop(5000)));
+    if (!opts.keepData) {
+      await deletePrefix(this.redis, this.prefix).catch(() => {});
+      await deleteTopic(this.env.SPILLWAY_KAFKA_BROKERS!, this.env.SPILLWAY_SPILL_TOPIC!).catch(() => {});
+    }
+    this.redis.disconnect();
+  }
+}
+
+/** UNLINKs every key of a prefix (config, BullMQ queues under `{prefix}`) in bounded batches. */
+export async function deletePrefix(redis: ReturnType<typeof createRedis>, prefix: string): Promise<number> {
+  let n = 0;
+  if (!('scanStream' in redis)) return 0;
+  for (const pattern of [`${prefix}:*`, `{${prefix}}:*`]) {
+    let cursor = '0';
+    for (let i = 0; i < 100_000; i++) {
+      const [next, keys] = (await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)) as [string, string[]];
+      if (keys.length) n += Number(await redis.unlink(...keys));
+      cursor = next;
+      if (cursor === '0') break;
+    }
+  }
+  return n;
+}
+
+export async function deleteTopic(brokers: string, topic: string): Promise<void> {
+  const admin = new Kafka({ clientId: 'spw-bench-cleanup', brokers: brokers.split(','), logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  try {
+    const topics = await admin.listTopics();
+    if (topics.includes(topic)) await admin.deleteTopics({ topics: [topic], timeout: 10_000 });
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** One signed GitHub delivery; returns the HTTP status. */
+export async function postGithub(
+  port: number,
+  source: Source,
+  deliveryId: string,
+  body: Buffer,
+  dispatcher?: import('undici').Dispatcher,
+): Promise<number> {
+  const { request } = await import('undici');
+  const res = await request(`http://127.0.0.1:${port}/ingest/${source.id}`, {
+    method: 'POST',
+    body,
+    dispatcher,
+    headers: {
+      'content-type': 'application/json',
+      'x-github-event': 'push',
+      'x-github-delivery': deliveryId,
+      'x-hub-signature-256': signGithub(source.secret, body),
+    },
+  });
+  await res.body.dump();
+  return res.statusCode;
+}

@@ -1,0 +1,82 @@
+/**
+ * `pnpm bench [--quick] [--only name[,name]]`: runs the benchmarks, prints a table per benchmark
+ * with ratios against the peers measured in the same run, and writes docs/benchmarks/results.json,
+ * results.svg and README.md (targets next to the last result, with the machine and versions).
+ */
+import { fileURLToPath } from 'node:url';
+import { backlog } from './benchmarks/backlog.ts';
+import { fanout } from './benchmarks/fanout.ts';
+import { ingest } from './benchmarks/ingest.ts';
+import { limiter } from './benchmarks/limiter.ts';
+import { noisy } from './benchmarks/noisy.ts';
+import type { Benchmark } from './benchmarks/types.ts';
+import { machineInfo } from './lib/machine.ts';
+import { type BenchResult, printResult, type ResultsFile, readResults, writeAll } from './lib/report.ts';
+import { REDIS_URL } from './lib/spillway.ts';
+
+const ALL: Benchmark[] = [ingest, fanout, noisy, backlog, limiter];
+const OUT = fileURLToPath(new URL('../../docs/benchmarks', import.meta.url));
+
+const INTRO = `Run all of them with \`pnpm bench\` (about 10–14 min; \`pnpm bench --quick\` in about 3 min, \`--only ingest,limiter\` for some). Every number comes from one run on one machine, with the peers measured in that same run; ratios are what carry over to other machines. The machine is shared (2 cores, other builds and tests were running during development), so absolute numbers are noisy. Needs wrk and nginx (Debian \`wrk\`, \`nginx-light\`), the project Redis (AOF everysec, \`infra/local/redis.sh\`) and Kafka (\`infra/local/kafka.sh\`).`;
+
+function parseArgs(argv: string[]) {
+  const quick = argv.includes('--quick');
+  const i = argv.indexOf('--only');
+  const only = i >= 0 ? (argv[i + 1] ?? '').split(',').filter(Boolean) : [];
+  const unknown = only.filter((n) => !ALL.some((b) => b.name === n));
+  if (unknown.length) {
+    process.stderr.write(`bench: unknown benchmark ${unknown.join(', ')}; have ${ALL.map((b) => b.name).join(', ')}\n`);
+    process.exit(2);
+  }
+  return { quick, only };
+}
+
+async function main() {
+  const { quick, only } = parseArgs(process.argv.slice(2));
+  const selected = only.length ? ALL.filter((b) => only.includes(b.name)) : ALL;
+  const machine = await machineInfo(REDIS_URL);
+  const t0 = Date.now();
+  process.stdout.write(
+    `Spillway benchmarks${quick ? ' (quick)' : ''}: ${selected.map((b) => b.name).join(', ')}\n` +
+      `machine: ${machine.cpuModel}, ${machine.cores} cores, Linux ${machine.kernel}, Node ${machine.node}, load ${machine.loadAvg1m}\n`,
+  );
+  const prev = readResults(`${OUT}/results.json`);
+  const file: ResultsFile = {
+    generatedAt: new Date().toISOString(),
+    command: `pnpm bench${process.argv.slice(2).length ? ` ${process.argv.slice(2).join(' ')}` : ''}`,
+    machine,
+    results: { ...(prev?.results ?? {}) },
+  };
+  let failed = 0;
+  for (const b of selected) {
+    const started = Date.now();
+    const log = (m: string) => process.stdout.write(`  [${b.name} +${((Date.now() - started) / 1000).toFixed(0)}s] ${m}\n`);
+    let result: BenchResult;
+    try {
+      const r = await b.run({ quick, log });
+      result = { name: b.name, title: b.title, quick, startedAt: new Date(started).toISOString(), durationS: (Date.now() - started) / 1000, ...r };
+    } catch (err) {
+      failed++;
+      result = {
+        name: b.name,
+        title: b.title,
+        quick,
+        status: 'not-run',
+        columns: [],
+        rows: [],
+        goals: [],
+        notes: [`failed: ${(err as Error).message.split('\n')[0]}`],
+        startedAt: new Date(started).toISOString(),
+        durationS: (Date.now() - started) / 1000,
+      };
+    }
+    printResult(result);
+    file.results[b.name] = result;
+    // Written after every benchmark: an interrupted run still leaves what it measured.
+    writeAll(OUT, file, ALL, INTRO);
+  }
+  process.stdout.write(`\nwrote ${OUT}/results.json, results.svg, README.md in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+  process.exit(failed ? 1 : 0);
+}
+
+await main();
