@@ -115,6 +115,12 @@ function sendError(rt: Runtime, err: FastifyError | SpillwayError, reply: Fastif
     return reply.code(err.status).send({ error: { code: err.apiCode, message: err.message } });
   }
   const fe = err as FastifyError;
+  if (isRedisDown(err)) {
+    // Storage is down, not the request wrong: say so the way the events API does (503 + Retry-After).
+    rt.logger.warn({ url, err: (err as Error).message }, 'admin request failed: Redis unavailable');
+    reply.header('retry-after', '1');
+    return reply.code(503).send({ error: { code: 'unavailable', message: 'storage (Redis) is unavailable; retry shortly' } });
+  }
   if (fe.validation) {
     const where = fe.validationContext ?? 'body';
     const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)?.additionalProperty;
@@ -128,6 +134,16 @@ function sendError(rt: Runtime, err: FastifyError | SpillwayError, reply: Fastif
   }
   rt.logger.error({ err, url }, 'admin request failed');
   return reply.code(500).send({ error: { code: 'internal', message: 'internal error' } });
+}
+
+/** ioredis gives up on a command with these when the server is unreachable. */
+function isRedisDown(err: unknown): boolean {
+  const e = err as { name?: string; message?: string; code?: string };
+  return (
+    e.name === 'MaxRetriesPerRequestError' ||
+    e.code === 'ECONNREFUSED' ||
+    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ETIMEDOUT/.test(e.message ?? '')
+  );
 }
 
 const FASTIFY_CODES: Record<string, string> = {
