@@ -4,7 +4,7 @@ import { Ajv } from 'ajv';
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import type { RoleContext, RoleHandle } from '../roles.ts';
 import type { Runtime } from '../runtime.ts';
-import type { RouterServices } from '../services.ts';
+import { createRouterServices } from '../router-services.ts';
 import { ConfigStore } from '../store.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
@@ -17,34 +17,15 @@ declare module 'fastify' {
 
 /** Admin role: the /v1 API and /openapi.json on the process's HTTP server. */
 export async function startAdmin({ rt, http }: RoleContext): Promise<RoleHandle> {
-  const services = await loadServices(rt);
+  const services = createRouterServices(rt);
   const deps: AdminDeps = { store: new ConfigStore(rt.redis, rt.keys), apiKeys: new ApiKeys(rt.redis, rt.keys), services };
   await http.register(async (api) => registerAdminApi(api, rt, deps));
   return {
     name: 'admin',
     close: async () => {
-      await services?.close();
+      await services.close();
     },
   };
-}
-
-/**
- * The router engineer's `createRouterServices` lands in ../router-services.ts; until a build has it
- * the events/dlq/stats routes answer 503 (honestly unavailable) instead of pretending.
- */
-async function loadServices(rt: Runtime): Promise<RouterServices | undefined> {
-  const spec = '../router-services.ts';
-  let mod: { createRouterServices?: (rt: Runtime) => RouterServices | Promise<RouterServices> };
-  try {
-    mod = await import(spec);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND') {
-      rt.logger.warn('admin: router services not present; events, dlq and stats answer 503');
-      return undefined;
-    }
-    throw err;
-  }
-  return mod.createRouterServices ? await mod.createRouterServices(rt) : undefined;
 }
 
 /**

@@ -11,8 +11,7 @@ import * as s from './schemas.ts';
 export interface AdminDeps {
   store: ConfigStore;
   apiKeys: ApiKeys;
-  /** Undefined while the router's services are not available in this build: those routes answer 503. */
-  services: RouterServices | undefined;
+  services: RouterServices;
 }
 
 /** Route option `config.tenantKey`: a tenant API key may call this route for its own tenant. */
@@ -72,11 +71,6 @@ async function emptyBodyIsObject(req: FastifyRequest): Promise<void> {
 }
 
 const withIngestPath = (src: Source) => ({ ...src, ingestPath: `/ingest/${src.id}` });
-
-function needServices(d: AdminDeps): RouterServices {
-  if (!d.services) throw errors.unavailable('the router services are not available in this process', { retryAfter: 5 });
-  return d.services;
-}
 
 /** Every /v1 route. Registered under the `/v1` prefix by ./index.ts (auth and errors live there). */
 export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
@@ -165,7 +159,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
     async (req) => {
       const t = await store.requireTenant(req.params.tid);
-      const stats = await needServices(d).tenantStats(t.id, { detail: req.query.detail === 'workers' });
+      const stats = await d.services.tenantStats(t.id, { detail: req.query.detail === 'workers' });
       // The tenant record is the truth for status (stats may lag by a heartbeat).
       return { ...stats, status: t.status };
     },
@@ -386,7 +380,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       },
     },
     async (req, reply) => {
-      const services = needServices(d);
+      const services = d.services;
       await store.requireTenant(req.params.tid);
       const r = await services.intake.submit({
         tenantId: req.params.tid,
@@ -407,7 +401,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       schema: { tags: ['events'], params: s.tidEidParams, response: { 200: s.eventSchema, ...s.errorsFor(400, 401, 403, 404, 503) } },
     },
     async (req) => {
-      const services = needServices(d);
+      const services = d.services;
       await store.requireTenant(req.params.tid);
       const ev = await services.getEvent(req.params.tid, req.params.eid);
       if (!ev) throw errors.notFound(`event ${req.params.eid} not found`);
@@ -427,7 +421,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       },
     },
     async (req) => {
-      const services = needServices(d);
+      const services = d.services;
       await store.requireTenant(req.params.tid);
       const limit = Math.min(Number(req.query.limit ?? 100), 1000);
       return { data: await services.listDlq(req.params.tid, { ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}), limit }) };
@@ -446,7 +440,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       },
     },
     async (req, reply) => {
-      const services = needServices(d);
+      const services = d.services;
       await store.requireTenant(req.params.tid);
       const endpointId = req.body?.endpointId;
       if (endpointId) await store.requireEndpoint(req.params.tid, endpointId);
