@@ -196,3 +196,33 @@ export async function postGithub(
   await res.body.dump();
   return res.statusCode;
 }
+
+/**
+ * The router's durable intake, opened in the load generator's own process: the same group-committed
+ * enqueue the ingest role and the events API use, without an HTTP hop in front (the ingest ceiling
+ * benchmark measures that hop). Used to feed the delivery benchmarks.
+ */
+export async function openIntake(c: SpillwayCluster) {
+  const { createIntake } = await import('../../../packages/router/src/intake.ts');
+  const { createLogger } = await import('@spillway/shared');
+  const config = loadConfig(c.env);
+  const intake = createIntake({ redis: c.redis, keys: createKeys(c.prefix), logger: createLogger('warn'), config });
+  let seq = 0;
+  const tag = randomBytes(3).toString('hex');
+  return {
+    intake,
+    /** Submits one event whose body carries `sentAt` (now); resolves once durable. */
+    submit(tenantId: string, bodySize = 256, type = 'push') {
+      const id = `${tag}-${++seq}`;
+      return intake.submit({
+        tenantId,
+        id,
+        type,
+        receivedAt: Date.now(),
+        contentType: 'application/json',
+        body: eventBody(bodySize),
+      });
+    },
+    close: () => intake.close(),
+  };
+}
