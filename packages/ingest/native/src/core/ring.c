@@ -550,6 +550,7 @@ static void do_continue(spw_server *s, cmd *m) {
 }
 
 static void free_routes(route *r, size_t n) {
+  if (!r) return;
   for (size_t i = 0; i < n; i++) free(r[i].path);
   free(r);
 }
@@ -586,6 +587,7 @@ static void run_commands(spw_server *s) {
         s->routes = m->routes;
         s->n_routes = m->n_routes;
         m->routes = NULL;
+        m->n_routes = 0;
         break;
       case CMD_CLOSE: begin_close(s, m->grace_ms); break;
     }
