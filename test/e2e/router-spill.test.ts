@@ -87,7 +87,7 @@ describe('spill and drain', () => {
       const st = await s.services.tenantStats(t.id);
       return st.delivered >= 1000 ? st : undefined;
     }, 'stats');
-    expect(stats.spilled).toBeGreaterThan(0);
+    expect(stats!.spilled).toBeGreaterThan(0);
     for (const id of ids) expect(r.got.get(id)).toBeGreaterThanOrEqual(1);
   });
 

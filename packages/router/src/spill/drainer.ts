@@ -117,8 +117,11 @@ export class Drainer {
         }
       }
       for (;;) {
-        if (!isRunning() || isStale()) break;
-        for (const e of entries) {
+        // Stopping or revoked: admit nothing more, but let admitted tasks finish so their offsets
+        // resolve and a graceful leave causes no duplicates (kafkajs waits for this batch).
+        const leaving = !isRunning() || isStale() || this.#stopping;
+        if (leaving && !entries.some((e) => e.state === 'running')) break;
+        for (const e of leaving ? [] : entries) {
           if (e.state !== 'new') continue;
           const a = engine.tryAdmit(e.task!);
           if (a === 'blocked') continue;
@@ -137,7 +140,7 @@ export class Drainer {
         while (idx < entries.length && entries[idx]!.state === 'done') resolveOffset(entries[idx++]!.offset);
         if (idx === entries.length) break;
         const running = entries.some((e) => e.state === 'running');
-        if (!running && (progressed || Date.now() - started >= BLOCKED_WAIT_MS)) {
+        if (!leaving && !running && (progressed || Date.now() - started >= BLOCKED_WAIT_MS)) {
           const blocked = entries.filter((e) => e.state === 'new');
           // Produce first, then resolve: the old offset stays the owner until the copy is acked.
           await Promise.all(blocked.map((e) => producer.spill(e.task!)));
