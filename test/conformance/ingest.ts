@@ -406,6 +406,21 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(await accepted(idAt)).toHaveLength(1);
       });
 
+      it('413 closes the connection: declared too large, and streamed past the cap', async () => {
+        const src = source('github', { maxBodyBytes: 4096 });
+        const sig = `X-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: c\r\n`;
+        const declared = await rawConversation(main.port, `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n${sig}Content-Length: 4097\r\n\r\n`);
+        expect(declared.status).toBe(413);
+        expect(declared.closed).toBe(true);
+        const chunk = Buffer.alloc(5000, 0x61);
+        const streamed = await rawConversation(
+          main.port,
+          `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n${sig}Transfer-Encoding: chunked\r\n\r\n${chunk.length.toString(16)}\r\n${chunk.toString()}\r\n`,
+        );
+        expect(streamed.status).toBe(413);
+        expect(streamed.closed).toBe(true);
+      });
+
       it('a chunked body one byte over the cap → 413, never truncated and accepted', async () => {
         const src = source('github', { maxBodyBytes: 4096 });
         const r = await postChunked(main.port, `/ingest/${src.id}`, 4097, 1000);
@@ -430,6 +445,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           clearInterval(sampler);
         }
         peak = Math.max(peak, process.memoryUsage.rss());
+        if (process.env.SPILLWAY_TEST_VERBOSE) console.log(`rss growth during a 20 MB body vs 1 MB cap: ${((peak - base) / 1048576).toFixed(2)} MB`);
         expect(peak - base).toBeLessThan(6 * 1024 * 1024);
         expect(main.pipeline.inFlightBodyBytes).toBe(0);
       });
@@ -555,6 +571,22 @@ async function rawExchange(port: number, bytes: string): Promise<number> {
     sock.write(bytes);
     const out = await Promise.race([collect(sock), new Promise<string>((r) => setTimeout(() => r(''), 5000))]);
     return Number(/^HTTP\/1\.1 (\d{3})/.exec(out)?.[1] ?? 0);
+  } finally {
+    sock.destroy();
+  }
+}
+
+/** Sends raw bytes (never finishing the request) and reports the answer and whether the server closed. */
+async function rawConversation(port: number, bytes: string): Promise<{ status: number; closed: boolean }> {
+  const sock = net.connect(port, '127.0.0.1');
+  sock.on('error', () => {});
+  try {
+    await new Promise((r) => sock.once('connect', r));
+    const closed = new Promise<boolean>((r) => sock.once('close', () => r(true)));
+    sock.write(bytes);
+    const out = await Promise.race([collect(sock), new Promise<string>((r) => setTimeout(() => r(''), 5000))]);
+    const wasClosed = await Promise.race([closed, new Promise<boolean>((r) => setTimeout(() => r(false), 5000))]);
+    return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(out)?.[1] ?? 0), closed: wasClosed };
   } finally {
     sock.destroy();
   }

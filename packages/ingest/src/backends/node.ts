@@ -14,6 +14,8 @@ export interface NodeServerOptions extends IngestServerOptions {
    * the answer instead of a reset. Default 2 s.
    */
   lingerMs?: number;
+  /** ... and for at most this many bytes (discarded bytes still cost reads and garbage). Default 256 KiB. */
+  lingerBytes?: number;
   /** How long close() lets in-flight requests finish before cutting them. Default 5 s. */
   closeGraceMs?: number;
 }
@@ -37,11 +39,16 @@ function headOf(req: http.IncomingMessage): RequestHead {
  * receive queue makes the kernel send RST, and a client that is still writing its body would see
  * ECONNRESET instead of our 413. Replaces node:http's destroySoon for this one socket.
  */
-function lingerOnClose(socket: Socket, ms: number): void {
+function lingerOnClose(socket: Socket, ms: number, maxBytes: number): void {
   (socket as Socket & { destroySoon(): void }).destroySoon = () => {
     if (socket.destroyed) return;
     const timer = setTimeout(() => socket.destroy(), ms);
     timer.unref();
+    let drained = 0;
+    socket.on('data', (d: Buffer) => {
+      drained += d.length;
+      if (drained > maxBytes) socket.destroy();
+    });
     socket.once('close', () => clearTimeout(timer));
     socket.once('end', () => socket.destroy());
     socket.end();
@@ -72,6 +79,7 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
   const requestTimeout = Math.max(opts.requestTimeoutMs ?? 30_000, headersTimeout);
   const hardMax = opts.maxBodyBytes ?? Number.POSITIVE_INFINITY;
   const lingerMs = opts.lingerMs ?? 2000;
+  const lingerBytes = opts.lingerBytes ?? 256 * 1024;
 
   const server = http.createServer(
     {
@@ -98,7 +106,7 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
     const bodyPending = head.contentLength === undefined ? head.headers['transfer-encoding'] !== undefined : head.contentLength > 0;
     const refuseEarly = (r: IngestResponse) => {
       // The body was not read: close after answering rather than read it all for keep-alive.
-      if (bodyPending) lingerOnClose(req.socket, lingerMs);
+      if (bodyPending) lingerOnClose(req.socket, lingerMs, lingerBytes);
       send(res, r, bodyPending);
     };
     if (head.contentLength !== undefined && head.contentLength > hardMax) {
@@ -126,7 +134,7 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
         finished = true;
         req.off('data', onData);
         sink.abort('too_large');
-        lingerOnClose(req.socket, lingerMs);
+        lingerOnClose(req.socket, lingerMs, lingerBytes);
         send(res, { status: 413, body: { error: { code: 'payload_too_large', message: `body over ${limit} bytes` } } }, true);
         return;
       }
