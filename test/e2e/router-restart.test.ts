@@ -1,0 +1,82 @@
+import { ConfigStore, createRouterServices, createRuntime, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import { loadConfig } from '@spillway/shared';
+import { afterEach, describe, expect, it } from 'vitest';
+import { testEnv } from '../helpers/env.ts';
+import { waitFor } from '../helpers/spawn.ts';
+import { createSpillTopic, dropSpillTopic, makeEndpoint, makeEvent, makeTenant, ROUTER_TEST_ENV, startReceiver } from '../helpers/router-fixtures.ts';
+import { freePort, PrivateKafka, PrivateRedis } from '../helpers/router-services.ts';
+
+const cleanup: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
+});
+
+/** Submits ids in slices of 20 until `stop()`; only the ones answered without error count as accepted. */
+function sender(submit: (id: string) => Promise<unknown>, total: number) {
+  const accepted: string[] = [];
+  let rejected = 0;
+  const done = (async () => {
+    for (let i = 0; i < total; i += 20) {
+      const ids = Array.from({ length: 20 }, (_, k) => `r${i + k}`);
+      const res = await Promise.allSettled(ids.map(submit));
+      res.forEach((x, k) => (x.status === 'fulfilled' ? accepted.push(ids[k]!) : rejected++));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  })();
+  return { accepted, done, rejected: () => rejected };
+}
+
+async function world(env: Record<string, string>) {
+  const rt: Runtime = createRuntime(loadConfig(testEnv({ ...ROUTER_TEST_ENV, ...env })));
+  await createSpillTopic(rt);
+  const store = new ConfigStore(rt.redis, rt.keys);
+  const services = createRouterServices(rt);
+  const r = await startReceiver(() => ({ status: 200, delayMs: 10 }));
+  let worker: WorkerHandle | undefined;
+  cleanup.push(async () => {
+    await worker?.close();
+    await services.close();
+    await r.close();
+    await rt.close();
+    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
+  });
+  const t = await makeTenant(store, { maxInFlight: 10, concurrency: 10 });
+  await makeEndpoint(store, t.id, r.url);
+  worker = await createWorker(rt);
+  return { rt, services, r, t, worker };
+}
+
+describe('restarts of the backing services (no process restart)', () => {
+  it('Redis (AOF) restarts mid-run: the worker recovers by itself and every accepted event is delivered', { timeout: 150_000 }, async () => {
+    const redis = new PrivateRedis(await freePort());
+    await redis.start();
+    cleanup.push(() => redis.stop());
+    const w = await world({ SPILLWAY_REDIS_URL: redis.url });
+    const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1200);
+    await waitFor(() => w.r.got.size >= 200, 'deliveries before the restart', 60_000);
+    await redis.stop();
+    await new Promise((res) => setTimeout(res, 1500));
+    await redis.start();
+    await s.done;
+    await waitFor(() => s.accepted.every((id) => w.r.got.has(id)), 'every accepted id delivered after the restart', 100_000, 200);
+    console.log(`redis restart: accepted ${s.accepted.length}, rejected ${s.rejected()} (503 while down), delivered ${w.r.got.size}`);
+    expect(s.accepted.length).toBeGreaterThan(200);
+    expect(s.rejected()).toBeGreaterThan(0);
+  });
+
+  it('the Kafka broker restarts while tasks are spilled: the worker recovers by itself and every accepted event is delivered', { timeout: 240_000 }, async () => {
+    const kafka = new PrivateKafka(await freePort(), await freePort());
+    await kafka.start();
+    cleanup.push(() => kafka.stop());
+    const w = await world({ SPILLWAY_KAFKA_BROKERS: kafka.brokers });
+    const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1000);
+    await waitFor(() => w.worker.spill.sent > 100 && w.r.got.size >= 100, 'spilled tasks and deliveries', 60_000);
+    await kafka.stop();
+    await new Promise((res) => setTimeout(res, 2000));
+    await kafka.start();
+    await s.done;
+    await waitFor(() => s.accepted.every((id) => w.r.got.has(id)), 'every accepted id delivered after the broker restart', 150_000, 200);
+    console.log(`kafka restart: accepted ${s.accepted.length}, delivered ${w.r.got.size}`);
+    expect(s.accepted.length).toBe(1000);
+  });
+});
