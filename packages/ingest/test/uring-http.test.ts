@@ -201,7 +201,7 @@ describe.skipIf(!probe.ok)('uring backend: malformed and smuggling-shaped reques
     expect(MALFORMED.length).toBeGreaterThanOrEqual(25);
   });
 
-  it.each(MALFORMED)('%s → %i, closed, handler never called', async (_name, raw, status) => {
+  it.each(MALFORMED.map(([name, raw, status]) => ({ name, raw, status })))('$name → $status, closed, handler never called', async ({ raw, status }) => {
     const { port, seen } = await start();
     const { data, closed } = await exchange(port, [raw]);
     const res = parseResponses(data);
