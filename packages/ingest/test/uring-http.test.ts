@@ -371,6 +371,35 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
   });
 });
 
+describe.skipIf(!probe.ok)('uring backend: graceful close', () => {
+  it('closes idle keep-alive connections, lets an in-flight request finish, then refuses new connections', async () => {
+    const { server, port } = await start({ delay: (h) => (h.url === '/slow' ? 150 : 0) });
+    const idle = connect(port, '127.0.0.1');
+    sockets.push(idle);
+    const idleClosed = new Promise<void>((r) => idle.once('close', () => r()));
+    const first = readResponses(idle, 1);
+    idle.write(`POST /warm HTTP/1.1\r\n${H}Content-Length: 0\r\n\r\n`);
+    expect((await first)[0]!.status).toBe(202);
+
+    const inflight = exchange(port, [`POST /slow HTTP/1.1\r\n${H}Content-Length: 2\r\n\r\nhi`], 3000);
+    await new Promise((r) => setTimeout(r, 50));
+    const t0 = Date.now();
+    await server.close();
+    servers.splice(servers.indexOf(server), 1);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    await idleClosed;
+    const slow = await inflight;
+    expect(parseResponses(slow.data).map((r) => [r.status, JSON.parse(r.body).url])).toEqual([[202, '/slow']]);
+    expect(slow.closed).toBe(true);
+    const refused = await new Promise<string>((resolve) => {
+      const s = connect(port, '127.0.0.1');
+      s.once('connect', () => resolve('connected'));
+      s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error'));
+    });
+    expect(refused).toBe('ECONNREFUSED');
+  });
+});
+
 describe('uring backend: probe', () => {
   beforeAll(() => undefined);
   it('reports ok or a reason naming what failed', () => {
