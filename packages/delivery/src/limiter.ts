@@ -71,6 +71,10 @@ interface KeyState {
   nextAt: number;
   /** Redis failed: do not ask before then (fallback meanwhile). */
   downUntil: number;
+  /** Redis's own estimate of when its bucket next holds a whole token (honest Retry-After). */
+  tokenAt: number;
+  /** Consecutive leases that granted nothing (other workers took the tokens). */
+  misses: number;
   /** Observed takes per second (EWMA over ~250 ms windows). */
   observed: number;
   windowStart: number;
@@ -162,13 +166,15 @@ export class LeasedLimiter implements RateGate {
     const s = this.#state(key, rate);
     if (s.waiters.length === 0 && this.#takeLocal(s)) return { ok: true };
     const now = Date.now();
-    if (now >= s.nextAt && now >= s.downUntil) {
+    // Not held back by the polling backoff: an ingest request is asking once, now.
+    if (now >= s.tokenAt && now >= s.downUntil) {
       await (s.leasing ?? this.#leaseNow(s, 1));
       if (s.waiters.length === 0 && this.#takeLocal(s)) return { ok: true };
     } else if (now < s.downUntil && this.#opts.failPolicy === 'open' && this.#takeFallback(s)) {
       return { ok: true };
     }
-    const later = Math.max(s.nextAt, now < s.downUntil ? s.downUntil : 0) - Date.now();
+    const after = Date.now();
+    const later = after < s.downUntil ? s.downUntil - after : s.tokenAt - after;
     return { ok: false, retryAfterMs: Math.max(1, Math.ceil(later > 0 ? later : 1_000 / rate.perSecond)) };
   }
 
@@ -199,6 +205,8 @@ export class LeasedLimiter implements RateGate {
         timer: null,
         nextAt: 0,
         downUntil: 0,
+        misses: 0,
+        tokenAt: 0,
         observed: 0,
         windowStart: now,
         windowCount: 0,
@@ -337,9 +345,14 @@ export class LeasedLimiter implements RateGate {
       s.local = null;
       // Empty bucket: come back when Redis says a token exists; for several waiters, when a
       // few exist, so a throttled key does not cost a call per token.
+      // An empty answer means other workers got there first: back off (×2 per miss, up to ×4)
+      // instead of polling the bucket in lockstep with them.
       const queued = Math.max(0, s.waiters.length - granted);
-      const batch = Math.min(queued, Math.max(1, Math.floor(s.rate.burst / 2)), Math.max(1, Math.ceil((s.rate.perSecond * 50) / 1000)));
-      s.nextAt = granted < want ? now + waitMs + (batch > 1 ? ((batch - 1) * 1000) / s.rate.perSecond : 0) : 0;
+      const batch = Math.min(queued, Math.max(1, Math.floor(s.rate.burst / 2)), Math.max(1, Math.ceil((s.rate.perSecond * 100) / 1000)));
+      s.misses = granted === 0 ? Math.min(s.misses + 1, 2) : 0;
+      const gap = waitMs + (batch > 1 ? ((batch - 1) * 1000) / s.rate.perSecond : 0);
+      s.tokenAt = waitMs > 0 ? now + waitMs : 0;
+      s.nextAt = granted < want ? now + gap * 2 ** s.misses * (0.75 + Math.random() * 0.5) : 0;
       this.#stats.granted += granted;
       limiterTokensGranted.inc(granted);
       this.#onLease?.({ key: s.key, at: now, want, granted, waitMs });
