@@ -121,6 +121,16 @@ describe('spillway operator CLI', () => {
     expect((await cliJson<{ data: unknown[] }>(['dlq', 'list', tid])).data).toEqual([]);
   }, 60_000);
 
+  it('bench: sends events through the API to its own sink, every one delivered, then cleans up', async () => {
+    const before = (await api('/v1/tenants')).data.length;
+    const r = await cliJson(['bench', '--events', '200', '--concurrency', '16', '--timeout-ms', '30000']);
+    expect(r).toMatchObject({ events: 200, accepted: 200, delivered: 200 });
+    expect(r.acceptPerSec).toBeGreaterThan(0);
+    expect(r.deliveryP99Ms).toBeGreaterThanOrEqual(r.deliveryP50Ms);
+    // The throwaway tenant is gone again.
+    expect((await api('/v1/tenants')).data.length).toBe(before);
+  }, 60_000);
+
   it('errors: one line, the API error code, exit 1', async () => {
     const nf = await cli(['tenants', 'get', 'no-such-tenant']);
     expect(nf.code).toBe(1);

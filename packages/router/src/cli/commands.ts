@@ -1,5 +1,6 @@
 import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
+import { registerBenchCommand } from './bench.ts';
 import { AdminClient, seg } from './client.ts';
 import { printJson, printKv, printTable } from './output.ts';
 
@@ -388,6 +389,8 @@ export function registerOperatorCommands(program: Command): void {
       const replayed = await replayWithProgress(client, tid, o.endpoint, !json);
       json ? printJson({ replayed }) : process.stdout.write(`replayed ${replayed}\n`);
     });
+
+  registerBenchCommand(program, ctx);
 }
 
 function dlqPath(tid: string, endpoint: string | undefined, limit: number): string {
