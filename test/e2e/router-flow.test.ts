@@ -88,21 +88,37 @@ describe('router flow', () => {
     const t = await makeTenant(s.store);
     const ep = await makeEndpoint(s.store, t.id, r.url);
     await s.worker();
-    for (let i = 0; i < 10; i++) await s.services.intake.submit(makeEvent(t.id, `f${i}`));
-    await waitFor(async () => (await s.services.listDlq(t.id)).length === 10, 'ten DLQ entries');
-    expect(r.requests).toBe(30); // 3 attempts each = schedule length + 1
+    // 3 events x 3 attempts stays under the endpoint breaker's volume threshold (10), so every
+    // attempt is a real request.
+    for (let i = 0; i < 3; i++) await s.services.intake.submit(makeEvent(t.id, `f${i}`));
+    await waitFor(async () => (await s.services.listDlq(t.id)).length === 3, 'three DLQ entries');
+    expect(r.requests).toBe(9); // 3 attempts each = schedule length + 1
     const dlq = await s.services.listDlq(t.id);
     expect(dlq[0]).toMatchObject({ endpointId: ep.id, attempts: 3, lastError: 'http_503' });
     expect(await s.services.getEvent(t.id, 'f0')).toMatchObject({ deliveries: [{ status: 'failed', attempts: 3, lastStatus: 503 }] });
-    expect((await s.services.tenantStats(t.id)).dlq).toBe(10);
+    expect((await s.services.tenantStats(t.id)).dlq).toBe(3);
 
     healthy = true;
     const progress: number[] = [];
-    expect(await s.services.replayDlq(t.id, { onProgress: (d) => progress.push(d) })).toBe(10);
-    expect(progress.at(-1)).toBe(10);
+    expect(await s.services.replayDlq(t.id, { onProgress: (d) => progress.push(d) })).toBe(3);
+    expect(progress.at(-1)).toBe(3);
     expect(await s.services.listDlq(t.id)).toEqual([]);
-    await waitFor(() => r.got.size === 10, 'replayed deliveries');
+    await waitFor(() => r.got.size === 3, 'replayed deliveries');
     await waitFor(async () => (await s.services.getEvent(t.id, 'f0'))?.deliveries[0]?.status === 'delivered', 'record delivered');
     expect((await s.services.getEvent(t.id, 'f0'))!.deliveries[0]!.attempts).toBe(1);
+  });
+
+  it('a 410 Gone is permanent: straight to the DLQ without retries, and the endpoint is disabled', async () => {
+    const s = await setup();
+    const r = await s.receiver(() => ({ status: 410 }));
+    const t = await makeTenant(s.store);
+    const ep = await makeEndpoint(s.store, t.id, r.url);
+    await s.worker();
+    await s.services.intake.submit(makeEvent(t.id, 'g1'));
+    await waitFor(async () => (await s.services.listDlq(t.id)).length === 1, 'DLQ entry');
+    expect(r.requests).toBe(1);
+    expect((await s.services.listDlq(t.id))[0]).toMatchObject({ endpointId: ep.id, attempts: 1, lastError: 'gone' });
+    await waitFor(async () => (await s.store.getEndpoint(t.id, ep.id))?.status === 'disabled', 'endpoint disabled');
+    expect((await s.store.getEndpoint(t.id, ep.id))?.disabledReason).toBe('gone');
   });
 });

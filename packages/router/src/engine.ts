@@ -46,6 +46,8 @@ export interface EngineDeps {
   retries: RetryScheduler;
   records: RecordWriter;
   retryScheduleMs: readonly number[];
+  /** A 410 Gone means the receiver is gone for good: the endpoint is disabled (no more fan-out to it). */
+  disableEndpoint?: (tenantId: string, endpointId: string, reason: string) => Promise<void>;
 }
 
 /** Config refresh period for tenants this worker holds: pause/resume acts within 1 s even if a pub/sub message is lost. */
@@ -275,6 +277,11 @@ export class Engine {
       return;
     }
     rec.status = 'failed';
+    if (outcome.kind === 'fail' && outcome.error === 'gone' && this.#d.disableEndpoint) {
+      await this.#d.disableEndpoint(task.tenantId, task.endpointId, 'gone').catch((err) =>
+        this.#d.logger.warn({ err: (err as Error).message, tid: task.tenantId, eid: task.endpointId }, 'could not disable a gone endpoint'),
+      );
+    }
     await this.#deadLetter(task, outcome.error);
     this.#d.records.attempt(task, rec);
     this.#counter(task.tenantId).failed++;

@@ -42,7 +42,7 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
   sub.on('error', () => {});
   await cache.subscribe(sub, keys, logger);
 
-  const delivery = opts.delivery ?? (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis }));
+  const delivery = opts.delivery ?? (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis, keys, logger }));
   const retryQueue = new Queue(keys.retryQueue, { connection: rt.redis as never, prefix: keys.bullPrefix });
   retryQueue.on('error', (err) => logger.warn({ err: err.message }, 'retry queue error'));
   const spill = new SpillProducer(rt.kafka, config.spillTopic, logger);
@@ -58,6 +58,9 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     retries,
     records,
     retryScheduleMs: config.retryScheduleMs,
+    disableEndpoint: async (tid, eid, reason) => {
+      await store.updateEndpoint(tid, eid, (ep) => (ep.status === 'disabled' ? ep : { ...ep, status: 'disabled', disabledReason: reason }));
+    },
   });
 
   const processIntake = async (job: Job<IntakeJobData>) => {
