@@ -95,29 +95,36 @@ export class Breakers {
   /** The endpoint's breaker, created lazily. `timeoutMs` is the endpoint's request timeout. */
   get(tenantId: string, endpointId: string, timeoutMs: number): Entry {
     const key = this.#key(tenantId, endpointId);
-    let e = this.#lru.get(key);
+    const e = this.#lru.get(key);
     if (e) {
       // Safety net only: undici times the request out first (see dispatcher).
       (e.breaker as unknown as { options: { timeout: number } }).options.timeout = timeoutMs + 5_000;
       return e;
     }
-    const breaker: CircuitBreaker<[Run], unknown> = new CircuitBreaker<[Run], unknown>((run: Run): Promise<unknown> => run((breaker as unknown as { getSignal(): AbortSignal | undefined }).getSignal() ?? new AbortController().signal), {
-      name: `${tenantId}/${endpointId}`,
-      timeout: timeoutMs + 5_000,
-      // If opossum's own timeout fires, this aborts the request it gave up on.
-      abortController: new AbortController(),
-      autoRenewAbortController: true,
-      volumeThreshold: this.#opts.volumeThreshold,
-      errorThresholdPercentage: this.#opts.errorThresholdPercentage,
-      resetTimeout: this.#opts.resetTimeoutMs,
-      rollingCountTimeout: this.#opts.rollingCountTimeoutMs,
-      rollingCountBuckets: this.#opts.rollingCountBuckets,
-      rollingPercentilesEnabled: false,
-      enableSnapshots: false,
-      rotateBucketController: this.#rotate,
-      // The receiver's own 4xx (bad payload, auth) says nothing about its health; 408 and 429 do.
-      errorFilter: (err: unknown) => err instanceof AttemptFailure && !err.counts,
-    } as CircuitBreaker.Options);
+    const breaker: CircuitBreaker<[Run], unknown> = new CircuitBreaker<[Run], unknown>(
+      (run: Run): Promise<unknown> =>
+        run(
+          (breaker as unknown as { getSignal(): AbortSignal | undefined }).getSignal() ??
+            new AbortController().signal,
+        ),
+      {
+        name: `${tenantId}/${endpointId}`,
+        timeout: timeoutMs + 5_000,
+        // If opossum's own timeout fires, this aborts the request it gave up on.
+        abortController: new AbortController(),
+        autoRenewAbortController: true,
+        volumeThreshold: this.#opts.volumeThreshold,
+        errorThresholdPercentage: this.#opts.errorThresholdPercentage,
+        resetTimeout: this.#opts.resetTimeoutMs,
+        rollingCountTimeout: this.#opts.rollingCountTimeoutMs,
+        rollingCountBuckets: this.#opts.rollingCountBuckets,
+        rollingPercentilesEnabled: false,
+        enableSnapshots: false,
+        rotateBucketController: this.#rotate,
+        // The receiver's own 4xx (bad payload, auth) says nothing about its health; 408 and 429 do.
+        errorFilter: (err: unknown) => err instanceof AttemptFailure && !err.counts,
+      } as CircuitBreaker.Options,
+    );
     const entry: Entry = { breaker, openedAt: 0, tenantId, endpointId };
     const log = (state: BreakerStateName, value: number) => {
       breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, value);
@@ -166,7 +173,9 @@ export class Breakers {
   }
 }
 
-export function stateOf(b: CircuitBreaker<never[], unknown> | CircuitBreaker<[Run], unknown>): BreakerStateName {
+export function stateOf(
+  b: CircuitBreaker<never[], unknown> | CircuitBreaker<[Run], unknown>,
+): BreakerStateName {
   if (b.halfOpen) return 'half-open';
   if (b.opened) return 'open';
   return 'closed';

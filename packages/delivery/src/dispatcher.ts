@@ -1,7 +1,7 @@
 import type { Endpoint, Keys, Logger, RateGate, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
 import { VERSION } from '@spillway/shared';
 import pLimit, { type LimitFunction } from 'p-limit';
-import { AttemptFailure, type BreakerOptions, Breakers, type BreakerStateName } from './breakers.ts';
+import { AttemptFailure, type BreakerOptions, type BreakerStateName, Breakers } from './breakers.ts';
 import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
 import { attemptSeconds, attemptsTotal, inFlightGauge } from './metrics.ts';
 import { TenantPools } from './pools.ts';
@@ -83,7 +83,8 @@ export class Dispatcher {
     this.#keys = opts.keys;
     this.#logger = opts.logger;
     this.#ownsLimiter = opts.limiter === undefined;
-    this.#limiter = opts.limiter ?? new LeasedLimiter({ ...opts.limiterOptions, redis: opts.redis, logger: opts.logger });
+    this.#limiter =
+      opts.limiter ?? new LeasedLimiter({ ...opts.limiterOptions, redis: opts.redis, logger: opts.logger });
     this.#userAgent = opts.userAgent ?? `Spillway/${VERSION}`;
     this.#pools = new TenantPools({
       allowCidrs: opts.allowCidrs,
@@ -98,7 +99,16 @@ export class Dispatcher {
     const outcome = await this.#dispatch(task, tenant, endpoint);
     attemptsTotal.inc({ outcome: outcome.kind });
     if (outcome.kind !== 'delivered') {
-      this.#logger.debug({ tenantId: task.tenantId, eventId: task.eventId, endpointId: task.endpointId, attempt: task.attempt, outcome }, 'delivery attempt');
+      this.#logger.debug(
+        {
+          tenantId: task.tenantId,
+          eventId: task.eventId,
+          endpointId: task.endpointId,
+          attempt: task.attempt,
+          outcome,
+        },
+        'delivery attempt',
+      );
     }
     return outcome;
   }
@@ -118,8 +128,14 @@ export class Dispatcher {
 
     const signal = this.#closing.signal;
     try {
-      if (tenant.limits.rate) await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
-      if (endpoint.rate) await this.#limiter.acquire(this.#keys.rate(task.tenantId, `ep:${task.endpointId}`), endpoint.rate, signal);
+      if (tenant.limits.rate)
+        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
+      if (endpoint.rate)
+        await this.#limiter.acquire(
+          this.#keys.rate(task.tenantId, `ep:${task.endpointId}`),
+          endpoint.rate,
+          signal,
+        );
     } catch (err) {
       if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
       throw err;
@@ -130,15 +146,27 @@ export class Dispatcher {
       if (signal.aborted) return { kind: 'retry', error: 'shutdown' } as AttemptOutcome;
       const entry = this.#breakers.get(task.tenantId, task.endpointId, endpoint.timeoutMs);
       const b = entry.breaker;
-      if (!b.closed && !b.pendingClose) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) } as AttemptOutcome;
+      if (!b.closed && !b.pendingClose)
+        return {
+          kind: 'deferred',
+          reason: 'breaker_open',
+          retryAfterMs: this.#breakers.retryAfter(entry),
+        } as AttemptOutcome;
       slots.open++;
       inFlightGauge.inc({ tenant: task.tenantId });
       try {
-        return (await b.fire((breakerSignal) => this.#attempt(task, endpoint, url, tenant, breakerSignal))) as AttemptOutcome;
+        return (await b.fire((breakerSignal) =>
+          this.#attempt(task, endpoint, url, tenant, breakerSignal),
+        )) as AttemptOutcome;
       } catch (err) {
         if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
         const code = (err as { code?: string }).code;
-        if (code === 'EOPENBREAKER') return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) } as AttemptOutcome;
+        if (code === 'EOPENBREAKER')
+          return {
+            kind: 'deferred',
+            reason: 'breaker_open',
+            retryAfterMs: this.#breakers.retryAfter(entry),
+          } as AttemptOutcome;
         if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' } as AttemptOutcome;
         return { kind: 'retry', error: `connect_error: ${(err as Error).message}` } as AttemptOutcome;
       } finally {
@@ -149,7 +177,13 @@ export class Dispatcher {
   }
 
   /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
-  async #attempt(task: DeliveryTask, endpoint: Endpoint, url: URL, tenant: Tenant, breakerSignal: AbortSignal): Promise<AttemptOutcome> {
+  async #attempt(
+    task: DeliveryTask,
+    endpoint: Endpoint,
+    url: URL,
+    tenant: Tenant,
+    breakerSignal: AbortSignal,
+  ): Promise<AttemptOutcome> {
     const started = performance.now();
     const ts = Math.floor(Date.now() / 1000);
     const body = task.event.body;
@@ -195,7 +229,10 @@ export class Dispatcher {
     const counts = status >= 500 || status < 400 || status === 408 || status === 429;
     if (status === 429 || status === 503) {
       const ra = parseRetryAfter(retryAfter);
-      return done({ kind: 'retry', status, error: `http_${status}`, ...(ra === undefined ? {} : { retryAfterMs: ra }) }, counts);
+      return done(
+        { kind: 'retry', status, error: `http_${status}`, ...(ra === undefined ? {} : { retryAfterMs: ra }) },
+        counts,
+      );
     }
     return done({ kind: 'retry', status, error: `http_${status}` }, counts);
   }
@@ -248,9 +285,16 @@ function errorChain(err: unknown): { code?: string; name?: string; message?: str
 /** Maps a failed request to an outcome: `target_forbidden` is permanent, the rest retry. */
 export function classifyError(err: unknown, signal?: AbortSignal): AttemptOutcome {
   const chain = errorChain(err);
-  if (chain.some((e) => e.code === 'SPW_ERR_TARGET_FORBIDDEN')) return { kind: 'fail', error: 'target_forbidden' };
+  if (chain.some((e) => e.code === 'SPW_ERR_TARGET_FORBIDDEN'))
+    return { kind: 'fail', error: 'target_forbidden' };
   const timeout =
-    chain.some((e) => e.name === 'TimeoutError' || e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_BODY_TIMEOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT') ||
+    chain.some(
+      (e) =>
+        e.name === 'TimeoutError' ||
+        e.code === 'UND_ERR_HEADERS_TIMEOUT' ||
+        e.code === 'UND_ERR_BODY_TIMEOUT' ||
+        e.code === 'UND_ERR_CONNECT_TIMEOUT',
+    ) ||
     (signal?.aborted && (signal.reason as { name?: string } | undefined)?.name === 'TimeoutError');
   if (timeout) return { kind: 'retry', error: 'timeout' };
   if (signal?.aborted) return { kind: 'retry', error: 'aborted' };

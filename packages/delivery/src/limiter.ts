@@ -1,6 +1,12 @@
 import { readFileSync } from 'node:fs';
 import type { Logger, Rate, RateGate, RedisClient, TakeResult } from '@spillway/shared';
-import { limiterRedisCalls, limiterRedisErrors, limiterTokensExpired, limiterTokensGranted, limiterTokensUsed } from './metrics.ts';
+import {
+  limiterRedisCalls,
+  limiterRedisErrors,
+  limiterTokensExpired,
+  limiterTokensGranted,
+  limiterTokensUsed,
+} from './metrics.ts';
 
 /**
  * Leased-token rate limiter (DESIGN.md "Leased tokens", invariant 5).
@@ -18,7 +24,13 @@ import { limiterRedisCalls, limiterRedisErrors, limiterTokensExpired, limiterTok
 const LUA = readFileSync(new URL('./commands/lease-1.lua', import.meta.url), 'utf8');
 const COMMAND = 'spillwayLease';
 
-type LeaseCommand = (key: string, rate: string, burst: string, want: string, now?: string) => Promise<[number, number, string]>;
+type LeaseCommand = (
+  key: string,
+  rate: string,
+  burst: string,
+  want: string,
+  now?: string,
+) => Promise<[number, number, string]>;
 
 export interface LeaseRecord {
   key: string;
@@ -100,7 +112,14 @@ export class LeasedLimiter implements RateGate {
   readonly #opts: Required<Omit<LeasedLimiterOptions, 'redis' | 'logger' | 'onLease'>>;
   readonly #onLease: ((l: LeaseRecord) => void) | undefined;
   readonly #keys = new Map<string, KeyState>();
-  readonly #stats: LimiterStats = { redisCalls: 0, redisErrors: 0, granted: 0, used: 0, expired: 0, fallbackUsed: 0 };
+  readonly #stats: LimiterStats = {
+    redisCalls: 0,
+    redisErrors: 0,
+    granted: 0,
+    used: 0,
+    expired: 0,
+    fallbackUsed: 0,
+  };
   readonly #sweep: NodeJS.Timeout;
   #lastErrorLog = 0;
   #closed = false;
@@ -118,7 +137,9 @@ export class LeasedLimiter implements RateGate {
       callTimeoutMs: opts.callTimeoutMs ?? 1_000,
       retryMs: opts.retryMs ?? 500,
     };
-    const r = this.#redis as unknown as Record<string, unknown> & { defineCommand(name: string, def: { numberOfKeys: number; lua: string }): void };
+    const r = this.#redis as unknown as Record<string, unknown> & {
+      defineCommand(name: string, def: { numberOfKeys: number; lua: string }): void;
+    };
     // ioredis runs it with EVALSHA and reloads the script on NOSCRIPT (after a restart or FLUSH).
     if (typeof r[COMMAND] !== 'function') r.defineCommand(COMMAND, { numberOfKeys: 1, lua: LUA });
     this.#lease = (r[COMMAND] as LeaseCommand).bind(this.#redis);
@@ -136,7 +157,8 @@ export class LeasedLimiter implements RateGate {
   outstanding(key?: string): number {
     const now = Date.now();
     let sum = 0;
-    for (const s of this.#keys.values()) if ((key === undefined || s.key === key) && s.expiresAt > now) sum += s.tokens;
+    for (const s of this.#keys.values())
+      if ((key === undefined || s.key === key) && s.expiresAt > now) sum += s.tokens;
     return sum;
   }
 
@@ -228,7 +250,12 @@ export class LeasedLimiter implements RateGate {
       s.tokens -= 1;
       this.#spent(s, now, 'lease');
       // Lease the next batch before this one runs out, so hot keys never wait on a round trip.
-      if (s.tokens <= Math.max(0, Math.floor(this.#leaseSize(s, now) / 4)) && !s.leasing && now >= s.nextAt && now >= s.downUntil) {
+      if (
+        s.tokens <= Math.max(0, Math.floor(this.#leaseSize(s, now) / 4)) &&
+        !s.leasing &&
+        now >= s.nextAt &&
+        now >= s.downUntil
+      ) {
         void this.#leaseNow(s, this.#leaseSize(s, now));
       }
       return true;
@@ -263,7 +290,10 @@ export class LeasedLimiter implements RateGate {
   #leaseSize(s: KeyState, now: number): number {
     const dt = now - s.windowStart;
     // A key that went quiet decays towards a lease of 1.
-    const observed = dt > 1_000 ? Math.min(s.observed, (s.windowCount * 1000) / dt) : Math.max(s.observed, dt > 0 ? (s.windowCount * 1000) / Math.max(dt, 100) : 0);
+    const observed =
+      dt > 1_000
+        ? Math.min(s.observed, (s.windowCount * 1000) / dt)
+        : Math.max(s.observed, dt > 0 ? (s.windowCount * 1000) / Math.max(dt, 100) : 0);
     const byRate = Math.ceil((observed * this.#opts.targetLeaseMs) / 1000);
     const byTtl = Math.max(1, Math.floor((s.rate.perSecond * this.#opts.leaseTtlMs) / 1000));
     return Math.max(1, Math.min(byRate, byTtl, this.#opts.maxLease));
@@ -332,7 +362,10 @@ export class LeasedLimiter implements RateGate {
       const res = await Promise.race([
         this.#lease(s.key, String(s.rate.perSecond), String(s.rate.burst), String(want)),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`lease call took over ${this.#opts.callTimeoutMs}ms`)), this.#opts.callTimeoutMs);
+          timer = setTimeout(
+            () => reject(new Error(`lease call took over ${this.#opts.callTimeoutMs}ms`)),
+            this.#opts.callTimeoutMs,
+          );
         }),
       ]);
       const granted = Number(res[0]);
@@ -348,7 +381,11 @@ export class LeasedLimiter implements RateGate {
       // An empty answer means other workers got there first: back off (×2 per miss, up to ×4)
       // instead of polling the bucket in lockstep with them.
       const queued = Math.max(0, s.waiters.length - granted);
-      const batch = Math.min(queued, Math.max(1, Math.floor(s.rate.burst / 2)), Math.max(1, Math.ceil((s.rate.perSecond * 100) / 1000)));
+      const batch = Math.min(
+        queued,
+        Math.max(1, Math.floor(s.rate.burst / 2)),
+        Math.max(1, Math.ceil((s.rate.perSecond * 100) / 1000)),
+      );
       s.misses = granted === 0 ? Math.min(s.misses + 1, 2) : 0;
       const gap = waitMs + (batch > 1 ? ((batch - 1) * 1000) / s.rate.perSecond : 0);
       s.tokenAt = waitMs > 0 ? now + waitMs : 0;

@@ -57,17 +57,32 @@ export const inFlightGauge = once(
 
 export const limiterRedisCalls = once(
   'spillway_limiter_redis_calls_total',
-  () => new Counter({ name: 'spillway_limiter_redis_calls_total', help: 'Lease calls made to Redis by the rate limiter', registers: [registry] }),
+  () =>
+    new Counter({
+      name: 'spillway_limiter_redis_calls_total',
+      help: 'Lease calls made to Redis by the rate limiter',
+      registers: [registry],
+    }),
 );
 
 export const limiterRedisErrors = once(
   'spillway_limiter_redis_errors_total',
-  () => new Counter({ name: 'spillway_limiter_redis_errors_total', help: 'Lease calls that failed (Redis unreachable or slow)', registers: [registry] }),
+  () =>
+    new Counter({
+      name: 'spillway_limiter_redis_errors_total',
+      help: 'Lease calls that failed (Redis unreachable or slow)',
+      registers: [registry],
+    }),
 );
 
 export const limiterTokensGranted = once(
   'spillway_limiter_tokens_granted_total',
-  () => new Counter({ name: 'spillway_limiter_tokens_granted_total', help: 'Tokens leased from Redis', registers: [registry] }),
+  () =>
+    new Counter({
+      name: 'spillway_limiter_tokens_granted_total',
+      help: 'Tokens leased from Redis',
+      registers: [registry],
+    }),
 );
 
 export const limiterTokensUsed = once(
@@ -83,5 +98,10 @@ export const limiterTokensUsed = once(
 
 export const limiterTokensExpired = once(
   'spillway_limiter_tokens_expired_total',
-  () => new Counter({ name: 'spillway_limiter_tokens_expired_total', help: 'Leased tokens dropped unspent when their lease expired', registers: [registry] }),
+  () =>
+    new Counter({
+      name: 'spillway_limiter_tokens_expired_total',
+      help: 'Leased tokens dropped unspent when their lease expired',
+      registers: [registry],
+    }),
 );

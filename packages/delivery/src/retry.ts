@@ -20,15 +20,20 @@ export function nextRetryDelay(
   retryAfterMs?: number,
   random: () => number = Math.random,
 ): number | undefined {
-  if (!Number.isInteger(attemptsMade) || attemptsMade < 1 || attemptsMade > scheduleMs.length) return undefined;
+  if (!Number.isInteger(attemptsMade) || attemptsMade < 1 || attemptsMade > scheduleMs.length)
+    return undefined;
   const base = scheduleMs[attemptsMade - 1]!;
   const jittered = Math.max(1, Math.round(base * (0.8 + 0.4 * random())));
-  if (retryAfterMs === undefined || !Number.isFinite(retryAfterMs) || retryAfterMs <= jittered) return jittered;
+  if (retryAfterMs === undefined || !Number.isFinite(retryAfterMs) || retryAfterMs <= jittered)
+    return jittered;
   return Math.round(Math.min(retryAfterMs, base * 2, MAX_RETRY_AFTER_MS));
 }
 
 /** Parses `Retry-After` (delta-seconds or an HTTP date) into milliseconds; undefined when absent or bad. */
-export function parseRetryAfter(value: string | string[] | undefined, nowMs: number = Date.now()): number | undefined {
+export function parseRetryAfter(
+  value: string | string[] | undefined,
+  nowMs: number = Date.now(),
+): number | undefined {
   const v = Array.isArray(value) ? value[0] : value;
   if (v === undefined) return undefined;
   const t = v.trim();

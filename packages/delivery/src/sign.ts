@@ -20,7 +20,12 @@ function secretKey(secret: string): Buffer {
 }
 
 /** The `webhook-signature` header value: one `v1,<b64>` per secret, space-separated. */
-export function signPayload(secrets: readonly string[], msgId: string, timestampSec: number, body: Buffer): string {
+export function signPayload(
+  secrets: readonly string[],
+  msgId: string,
+  timestampSec: number,
+  body: Buffer,
+): string {
   const head = Buffer.from(`${msgId}.${timestampSec}.`);
   return secrets
     .map((s) => `v1,${createHmac('sha256', secretKey(s)).update(head).update(body).digest('base64')}`)
@@ -28,7 +33,10 @@ export function signPayload(secrets: readonly string[], msgId: string, timestamp
 }
 
 /** The endpoint's current secret first, then every previous secret whose overlap has not ended. */
-export function signingSecrets(endpoint: Pick<Endpoint, 'secret' | 'previousSecrets'>, nowMs: number = Date.now()): string[] {
+export function signingSecrets(
+  endpoint: Pick<Endpoint, 'secret' | 'previousSecrets'>,
+  nowMs: number = Date.now(),
+): string[] {
   const out = [endpoint.secret];
   for (const p of endpoint.previousSecrets ?? []) {
     if (Date.parse(p.expiresAt) > nowMs && !out.includes(p.secret)) out.push(p.secret);
@@ -50,6 +58,9 @@ export function rotateSecret(
   const kept = (endpoint.previousSecrets ?? []).filter((p) => Date.parse(p.expiresAt) > nowMs);
   return {
     secret: newSecret,
-    previousSecrets: [{ secret: endpoint.secret, expiresAt: new Date(nowMs + overlapMs).toISOString() }, ...kept],
+    previousSecrets: [
+      { secret: endpoint.secret, expiresAt: new Date(nowMs + overlapMs).toISOString() },
+      ...kept,
+    ],
   };
 }

@@ -33,7 +33,11 @@ function inAllowlist(addr: ipaddr.IPv4 | ipaddr.IPv6, allow: Cidr[]): boolean {
  * `::ffff:127.0.0.1` is allowed exactly when `127.0.0.1` is. Unparseable input is forbidden.
  */
 export function isForbiddenAddress(address: string, allowCidrs: readonly string[] | Cidr[]): boolean {
-  const allow = (allowCidrs.length > 0 && typeof allowCidrs[0] === 'string' ? parseAllowCidrs(allowCidrs as string[]) : allowCidrs) as Cidr[];
+  const allow = (
+    allowCidrs.length > 0 && typeof allowCidrs[0] === 'string'
+      ? parseAllowCidrs(allowCidrs as string[])
+      : allowCidrs
+  ) as Cidr[];
   let addr: ipaddr.IPv4 | ipaddr.IPv6;
   try {
     addr = ipaddr.parse(address.replace(/^\[|\]$/g, '').replace(/%.*$/, ''));
@@ -52,7 +56,9 @@ export function isForbiddenAddress(address: string, allowCidrs: readonly string[
 export type LookupFn = typeof dns.lookup;
 
 function forbidden(host: string, address: string): Error {
-  return errors.targetForbidden(`delivery target ${host} resolves to ${address}, which is not allowed (SPILLWAY_TARGET_ALLOW_CIDRS)`);
+  return errors.targetForbidden(
+    `delivery target ${host} resolves to ${address}, which is not allowed (SPILLWAY_TARGET_ALLOW_CIDRS)`,
+  );
 }
 
 /**
@@ -65,11 +71,14 @@ export function guardedLookup(allowCidrs: readonly string[], base: LookupFn = dn
   const allow = parseAllowCidrs(allowCidrs);
   const guarded = (hostname: string, options: unknown, callback?: unknown): void => {
     const cb = (typeof options === 'function' ? options : callback) as (...a: unknown[]) => void;
-    const opts = (typeof options === 'function' ? {} : typeof options === 'number' ? { family: options } : (options ?? {})) as dns.LookupOptions;
+    const opts = (
+      typeof options === 'function' ? {} : typeof options === 'number' ? { family: options } : (options ?? {})
+    ) as dns.LookupOptions;
     base(hostname, { ...opts, all: true }, (err, addresses) => {
       if (err) return cb(err);
       const list = addresses as dns.LookupAddress[];
-      if (list.length === 0) return cb(Object.assign(new Error(`no address for ${hostname}`), { code: 'ENOTFOUND' }));
+      if (list.length === 0)
+        return cb(Object.assign(new Error(`no address for ${hostname}`), { code: 'ENOTFOUND' }));
       for (const a of list) {
         if (isForbiddenAddress(a.address, allow)) return cb(forbidden(hostname, a.address));
       }

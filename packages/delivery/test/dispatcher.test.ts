@@ -63,7 +63,9 @@ describe('Dispatcher: one attempt', () => {
     const r = await rx();
     const d = dispatcher();
     const oldSecret = `whsec_${Buffer.alloc(24, 1).toString('base64')}`;
-    const ep = endpoint('rot', 'e1', r.url, { previousSecrets: [{ secret: oldSecret, expiresAt: new Date(Date.now() + 60_000).toISOString() }] });
+    const ep = endpoint('rot', 'e1', r.url, {
+      previousSecrets: [{ secret: oldSecret, expiresAt: new Date(Date.now() + 60_000).toISOString() }],
+    });
     await d.dispatch(task('rot', 'e1', { r: 1 }), tenant('rot'), ep);
     const h = r.requests[0]!.headers as Record<string, string>;
     expect(h['webhook-signature']!.split(' ')).toHaveLength(2);
@@ -95,7 +97,8 @@ describe('Dispatcher: one attempt', () => {
     const d = dispatcher();
     const t = tenant('cls');
     const base = r.url.replace('/hook', '');
-    const go = (path: string, extra = {}) => d.dispatch(task('cls', path), t, endpoint('cls', path, `${base}${path}`, extra));
+    const go = (path: string, extra = {}) =>
+      d.dispatch(task('cls', path), t, endpoint('cls', path, `${base}${path}`, extra));
     expect(await go('/ok')).toMatchObject({ kind: 'delivered', status: 204 });
     expect(await go('/500')).toEqual({ kind: 'retry', status: 500, error: 'http_500' });
     expect(await go('/410')).toEqual({ kind: 'fail', status: 410, error: 'gone' });
@@ -106,10 +109,17 @@ describe('Dispatcher: one attempt', () => {
     expect(await go('/big')).toMatchObject({ kind: 'delivered', status: 200 });
     const hang = await go('/hang', { timeoutMs: 300 });
     expect(hang).toEqual({ kind: 'retry', error: 'timeout' });
-    const refused = await d.dispatch(task('cls', 'closed'), t, endpoint('cls', 'closed', `http://127.0.0.1:${closed}/`));
+    const refused = await d.dispatch(
+      task('cls', 'closed'),
+      t,
+      endpoint('cls', 'closed', `http://127.0.0.1:${closed}/`),
+    );
     expect(refused.kind).toBe('retry');
     expect(refused.kind === 'retry' && refused.error).toMatch(/^connect_error: ECONNREFUSED/);
-    expect(await d.dispatch(task('cls', 'ftp'), t, endpoint('cls', 'ftp', 'ftp://127.0.0.1/'))).toEqual({ kind: 'fail', error: 'invalid_url' });
+    expect(await d.dispatch(task('cls', 'ftp'), t, endpoint('cls', 'ftp', 'ftp://127.0.0.1/'))).toEqual({
+      kind: 'fail',
+      error: 'invalid_url',
+    });
     // Redirects are not followed: /ok got only its own request, not the 301's.
     expect(r.requests).toHaveLength(9);
     expect(r.requests.filter((q) => q.url === '/ok')).toHaveLength(1);
@@ -153,7 +163,12 @@ describe('Dispatcher: endpoint breaker', () => {
     const d = dispatcher({ breaker: { volumeThreshold: 10, resetTimeoutMs: 400 } });
     const t = tenant('brk4');
     const ep = endpoint('brk4', 'e1', r.url);
-    for (let i = 0; i < 15; i++) expect(await d.dispatch(task('brk4', 'e1'), t, ep)).toEqual({ kind: 'retry', status: 422, error: 'http_422' });
+    for (let i = 0; i < 15; i++)
+      expect(await d.dispatch(task('brk4', 'e1'), t, ep)).toEqual({
+        kind: 'retry',
+        status: 422,
+        error: 'http_422',
+      });
     expect(d.breakerState('brk4', 'e1')).toBe('closed');
     expect(r.requests).toHaveLength(15);
   });

@@ -15,7 +15,8 @@ export interface Receiver {
 }
 
 export async function receiver(
-  handler: (req: http.IncomingMessage, res: http.ServerResponse, body: Buffer) => void = (_q, res) => res.end('ok'),
+  handler: (req: http.IncomingMessage, res: http.ServerResponse, body: Buffer) => void = (_q, res) =>
+    res.end('ok'),
   host = '127.0.0.1',
 ): Promise<Receiver> {
   const requests: Receiver['requests'] = [];
@@ -62,7 +63,12 @@ export async function receiver(
 }
 
 export function tenant(id: string, limits: Partial<Tenant['limits']> = {}): Tenant {
-  return { id, limits: { maxInFlight: 1000, concurrency: 16, ...limits }, status: 'active', createdAt: new Date().toISOString() };
+  return {
+    id,
+    limits: { maxInFlight: 1000, concurrency: 16, ...limits },
+    status: 'active',
+    createdAt: new Date().toISOString(),
+  };
 }
 
 export function endpoint(tenantId: string, id: string, url: string, extra: Partial<Endpoint> = {}): Endpoint {
@@ -80,7 +86,13 @@ export function endpoint(tenantId: string, id: string, url: string, extra: Parti
 }
 
 let seq = 0;
-export function task(tenantId: string, endpointId: string, body: unknown = { hello: 'world' }, attempt = 1, eventId = `ev_${++seq}`): DeliveryTask {
+export function task(
+  tenantId: string,
+  endpointId: string,
+  body: unknown = { hello: 'world' },
+  attempt = 1,
+  eventId = `ev_${++seq}`,
+): DeliveryTask {
   const event: SpillwayEvent = {
     tenantId,
     id: eventId,

@@ -19,7 +19,13 @@ const key = () => keys.rate('lua', `k${++n}`);
 const T0 = 1_700_000_000_000_000; // µs
 const s = (sec: number) => T0 + Math.round(sec * 1e6);
 
-async function lease(k: string, rate: number, burst: number, want: number, nowUs?: number): Promise<{ granted: number; waitMs: number; left: number }> {
+async function lease(
+  k: string,
+  rate: number,
+  burst: number,
+  want: number,
+  nowUs?: number,
+): Promise<{ granted: number; waitMs: number; left: number }> {
   const args = [String(rate), String(burst), String(want)];
   if (nowUs !== undefined) args.push(String(nowUs));
   const [granted, waitMs, left] = (await redis.eval(LUA, 1, k, ...args)) as [number, number, string];

@@ -17,7 +17,9 @@ interface Line {
 
 describe('LeasedLimiter across 3 worker processes', () => {
   // The contract test of issue 5: slow by nature (1,000 tokens at 50/s ≈ 20 s).
-  it('1,000 deliveries at 50/s burst 10 take ≥ (1000 − 10 − leases)/50 s; no 2 s window exceeds limit + outstanding leases', { timeout: 60_000 }, async () => {
+  it('1,000 deliveries at 50/s burst 10 take ≥ (1000 − 10 − leases)/50 s; no 2 s window exceeds limit + outstanding leases', {
+    timeout: 60_000,
+  }, async () => {
     const env = testEnv();
     const keys = createKeys(env.SPILLWAY_PREFIX!);
     const RATE = 50;
@@ -59,10 +61,15 @@ describe('LeasedLimiter across 3 worker processes', () => {
         .split('\n')
         .map((l) => JSON.parse(l) as Line),
     );
-    const uses = perWorker.flatMap((ls) => ls.filter((l) => l.t === 'use').map((l) => l.at)).sort((a, b) => a - b);
+    const uses = perWorker
+      .flatMap((ls) => ls.filter((l) => l.t === 'use').map((l) => l.at))
+      .sort((a, b) => a - b);
     expect(uses).toHaveLength(TOTAL);
     // Outstanding-lease bound: the most tokens each worker ever held at once, summed over workers.
-    const leaseBound = perWorker.reduce((sum, ls) => sum + Math.max(0, ...ls.filter((l) => l.t === 'lease').map((l) => l.held ?? 0)), 0);
+    const leaseBound = perWorker.reduce(
+      (sum, ls) => sum + Math.max(0, ...ls.filter((l) => l.t === 'lease').map((l) => l.held ?? 0)),
+      0,
+    );
     const elapsedS = (uses[uses.length - 1]! - t0) / 1000;
     const minS = (TOTAL - BURST - leaseBound) / RATE;
     // Any 2 s window: the bucket allows burst + 2 s of rate; leases add at most what was outstanding.

@@ -77,7 +77,9 @@ describe('LeasedLimiter', () => {
     await Promise.all(pending);
     const st = l.stats();
     const perToken = st.redisCalls / st.used;
-    console.log(`hot key: ${st.used} tokens in ${Date.now() - t0} ms, ${st.redisCalls} Redis calls → ${perToken.toFixed(4)} calls per delivery`);
+    console.log(
+      `hot key: ${st.used} tokens in ${Date.now() - t0} ms, ${st.redisCalls} Redis calls → ${perToken.toFixed(4)} calls per delivery`,
+    );
     expect(st.used).toBe(2000);
     expect(perToken).toBeLessThanOrEqual(0.1);
   });

@@ -1,6 +1,14 @@
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
-import { generateSecret, MAX_RETRY_AFTER_MS, nextRetryDelay, parseRetryAfter, rotateSecret, signingSecrets, signPayload } from '../src/index.ts';
+import {
+  generateSecret,
+  MAX_RETRY_AFTER_MS,
+  nextRetryDelay,
+  parseRetryAfter,
+  rotateSecret,
+  signingSecrets,
+  signPayload,
+} from '../src/index.ts';
 
 describe('signing (Standard Webhooks)', () => {
   it('generates whsec_ secrets of at least 24 random bytes', () => {

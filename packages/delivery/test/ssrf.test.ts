@@ -42,9 +42,9 @@ describe('isForbiddenAddress', () => {
 });
 
 describe('guardedLookup', () => {
-  const fake =
-    (answers: { address: string; family: number }[]): LookupFn =>
-    ((_h: string, _o: unknown, cb: (e: Error | null, a: unknown) => void) => cb(null, answers)) as unknown as LookupFn;
+  const fake = (answers: { address: string; family: number }[]): LookupFn =>
+    ((_h: string, _o: unknown, cb: (e: Error | null, a: unknown) => void) =>
+      cb(null, answers)) as unknown as LookupFn;
 
   it('answers both call shapes and refuses a name when any answer is forbidden', async () => {
     const ok = guardedLookup([], fake([{ address: '8.8.8.8', family: 4 }]));
@@ -52,8 +52,16 @@ describe('guardedLookup', () => {
     expect(one).toEqual([null, '8.8.8.8', 4]);
     const all = await new Promise((r) => ok('x.test', { all: true }, (e, a) => r([e, a])));
     expect(all).toEqual([null, [{ address: '8.8.8.8', family: 4 }]]);
-    const mixed = guardedLookup([], fake([{ address: '8.8.8.8', family: 4 }, { address: '10.0.0.1', family: 4 }]));
-    const err = await new Promise<NodeJS.ErrnoException | null>((r) => mixed('x.test', { all: true }, (e) => r(e)));
+    const mixed = guardedLookup(
+      [],
+      fake([
+        { address: '8.8.8.8', family: 4 },
+        { address: '10.0.0.1', family: 4 },
+      ]),
+    );
+    const err = await new Promise<NodeJS.ErrnoException | null>((r) =>
+      mixed('x.test', { all: true }, (e) => r(e)),
+    );
     expect((err as unknown as { code: string }).code).toBe('SPW_ERR_TARGET_FORBIDDEN');
   });
 });
@@ -74,14 +82,26 @@ describe('SSRF guard in the connector', () => {
   });
 
   // `evil.test` resolves (through the injected lookup, as a hostile DNS would) to 127.0.0.9.
-  const hostileDns = ((host: string, opts: dns.LookupOptions, cb: (e: Error | null, a: unknown, f?: number) => void) => {
-    if (host === 'evil.test') return opts.all ? cb(null, [{ address: '127.0.0.9', family: 4 }]) : cb(null, '127.0.0.9', 4);
-    if (host === 'good.test') return opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
+  const hostileDns = ((
+    host: string,
+    opts: dns.LookupOptions,
+    cb: (e: Error | null, a: unknown, f?: number) => void,
+  ) => {
+    if (host === 'evil.test')
+      return opts.all ? cb(null, [{ address: '127.0.0.9', family: 4 }]) : cb(null, '127.0.0.9', 4);
+    if (host === 'good.test')
+      return opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
     return dns.lookup(host, opts, cb as never);
   }) as unknown as LookupFn;
 
   function dispatcher(): Dispatcher {
-    const d = new Dispatcher({ redis, keys: createKeys(config.prefix), logger: createLogger('silent'), allowCidrs: ['127.0.0.1/32'], lookup: hostileDns });
+    const d = new Dispatcher({
+      redis,
+      keys: createKeys(config.prefix),
+      logger: createLogger('silent'),
+      allowCidrs: ['127.0.0.1/32'],
+      lookup: hostileDns,
+    });
     dispatchers.push(d);
     return d;
   }
@@ -109,7 +129,9 @@ describe('SSRF guard in the connector', () => {
     const d = dispatcher();
     const t = tenant('ssrf2');
     expect((await d.dispatch(task('ssrf2', 'a'), t, endpoint('ssrf2', 'a', ok.url))).kind).toBe('delivered');
-    expect((await d.dispatch(task('ssrf2', 'b'), t, endpoint('ssrf2', 'b', `http://good.test:${ok.port}/x`))).kind).toBe('delivered');
+    expect(
+      (await d.dispatch(task('ssrf2', 'b'), t, endpoint('ssrf2', 'b', `http://good.test:${ok.port}/x`))).kind,
+    ).toBe('delivered');
     expect(ok.requests).toHaveLength(2);
     expect(ok.requests[1]!.headers.host).toBe(`good.test:${ok.port}`);
   });
