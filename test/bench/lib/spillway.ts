@@ -226,3 +226,52 @@ export async function openIntake(c: SpillwayCluster) {
     close: () => intake.close(),
   };
 }
+
+export interface TenantCounters {
+  queued: number;
+  inFlight: number;
+  creditsUsed: number;
+  spilled: number;
+  retrying: number;
+  delivered: number;
+  failed: number;
+  workers: number;
+}
+
+/** Sums what every live worker published for one tenant (the same numbers the admin stats sum). */
+export async function tenantCounters(c: SpillwayCluster, tid: string): Promise<TenantCounters> {
+  const keys = createKeys(c.prefix);
+  const sum: TenantCounters = { queued: 0, inFlight: 0, creditsUsed: 0, spilled: 0, retrying: 0, delivered: 0, failed: 0, workers: 0 };
+  const ids = (await c.redis.zrange(keys.workers, 0, -1)) as string[];
+  for (const id of ids) {
+    const raw = await c.redis.get(keys.workerStats(id));
+    if (!raw) continue;
+    sum.workers++;
+    const t = (JSON.parse(raw) as { tenants: Record<string, Partial<TenantCounters>> }).tenants[tid];
+    if (!t) continue;
+    for (const k of ['queued', 'inFlight', 'creditsUsed', 'spilled', 'retrying', 'delivered', 'failed'] as const) sum[k] += t[k] ?? 0;
+  }
+  return sum;
+}
+
+/** Submits `perSecond` events for `durationMs` on a 10 ms tick (open loop: never waits for delivery). */
+export async function openLoop(submit: () => Promise<unknown>, perSecond: number, durationMs: number): Promise<{ sent: number; errors: number }> {
+  const start = performance.now();
+  let sent = 0;
+  let errors = 0;
+  const pending = new Set<Promise<unknown>>();
+  for (let i = 0; i < 1_000_000; i++) {
+    const elapsed = performance.now() - start;
+    if (elapsed >= durationMs) break;
+    const due = Math.floor((elapsed / 1000) * perSecond) - sent;
+    for (let j = 0; j < due; j++) {
+      const p = submit().catch(() => errors++);
+      pending.add(p);
+      void p.finally(() => pending.delete(p));
+      sent++;
+    }
+    await sleep(10);
+  }
+  await Promise.all(pending);
+  return { sent, errors };
+}
