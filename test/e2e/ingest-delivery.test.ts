@@ -98,6 +98,11 @@ describe('ingest → delivery (all roles in one process)', () => {
     // Only one delivery for the deduplicated pair (give a second one time to show up if it would).
     await new Promise((r) => setTimeout(r, 500));
     expect(got.filter((g) => g.headers['webhook-id'] === delivery)).toHaveLength(1);
+
+    // Deleting the source through the admin API reaches the ingest role's cache: 404 from then on.
+    expect((await api('DELETE', `/tenants/${tenant}/sources/${src.json!.id}`)).status).toBe(204);
+    const fresh = { ...headers, 'x-github-delivery': randomBytes(8).toString('hex') };
+    await waitFor(async () => (await ingest(String(src.json!.id), body, fresh)).status === 404, 'the deleted source to be refused', 5000);
   });
 
   it('Stripe, Shopify and Standard Webhooks events are delivered byte for byte; a bad signature is not', async () => {

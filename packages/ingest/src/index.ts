@@ -14,6 +14,7 @@ export type {
 } from './server.ts';
 export { createPipeline, type IngestPipeline, type PipelineOptions } from './pipeline.ts';
 export { createNodeServer, type NodeServerOptions } from './backends/node.ts';
+export { createSourceCache, type SourceCache, type SourceCacheOptions } from './sources.ts';
 export { TIMESTAMP_TOLERANCE_S } from './verify/index.ts';
 
 export type IngestBackend = 'uring' | 'node' | 'auto';

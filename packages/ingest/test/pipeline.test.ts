@@ -249,3 +249,48 @@ describe('createIngestServer', () => {
     }
   });
 });
+
+describe('createSourceCache', () => {
+  const src = (id: string): Source => ({ id, tenantId: 't', kind: 'github', secret: 's', maxBodyBytes: 10, createdAt: '' });
+
+  it('stays bounded under a flood of unknown ids, and shares one load between concurrent lookups', async () => {
+    const { createSourceCache } = await import('@spillway/ingest');
+    let loads = 0;
+    const cache = createSourceCache({ load: async (id) => (loads++, id === 'real' ? src(id) : undefined), maxEntries: 100, ttlMs: 60_000 });
+    for (let i = 0; i < 5000; i++) expect(await cache.get(`junk-${i}`)).toBeUndefined();
+    expect(cache.size).toBe(100);
+    loads = 0;
+    const all = await Promise.all(Array.from({ length: 50 }, () => cache.get('real')));
+    expect(all.every((s) => s?.id === 'real')).toBe(true);
+    expect(loads).toBe(1);
+    await cache.get('real');
+    expect(loads).toBe(1);
+  });
+
+  it('a change drops the entry, and a load in flight during the change does not store its stale answer', async () => {
+    const { createSourceCache } = await import('@spillway/ingest');
+    let version = 1;
+    let release: () => void = () => {};
+    let gate: Promise<void> = Promise.resolve();
+    const cache = createSourceCache({
+      load: async (id) => {
+        const v = version;
+        await gate;
+        return { ...src(id), secret: `v${v}` };
+      },
+      ttlMs: 60_000,
+    });
+    expect((await cache.get('a'))?.secret).toBe('v1');
+    gate = new Promise((r) => {
+      release = r;
+    });
+    cache.invalidate('a');
+    const inflight = cache.get('a');
+    version = 2;
+    cache.invalidate('a');
+    release();
+    expect((await inflight)?.secret).toBe('v1');
+    gate = Promise.resolve();
+    expect((await cache.get('a'))?.secret).toBe('v2');
+  });
+});

@@ -1,5 +1,5 @@
 import { LeasedLimiter } from '@spillway/delivery';
-import { createIngestServer, createPipeline } from '@spillway/ingest';
+import { createIngestServer, createPipeline, createSourceCache } from '@spillway/ingest';
 import { createRedis } from '@spillway/shared';
 import { createIntake } from './intake.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
@@ -8,12 +8,18 @@ import { ConfigCache, ConfigStore } from './store.ts';
 /**
  * Ingest role: the IngestServer from @spillway/ingest (io_uring or node:http per
  * SPILLWAY_INGEST_BACKEND) with the shared pipeline in front of the router's durable intake.
- * Sources come from a ConfigCache subscribed to config changes, so a source created, changed or
- * deleted through any admin takes effect here at once (at worst after the cache TTL).
+ * Sources are read through ingest's bounded source cache (ids on the ingest port come from
+ * strangers, so its misses must not grow memory), dropped on every change the ConfigCache's
+ * subscription hears: a source created, changed or deleted through any admin takes effect here at
+ * once (at worst after the 500 ms TTL if the message was missed).
  */
 export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   const logger = rt.logger.child({ pkg: 'ingest' });
-  const cache = new ConfigCache(new ConfigStore(rt.redis, rt.keys));
+  const store = new ConfigStore(rt.redis, rt.keys);
+  const sources = createSourceCache({ load: (id) => store.getSource(id) });
+  // Used only for its subscription: its own maps stay empty (nothing here reads through it).
+  const cache = new ConfigCache(store);
+  cache.onChange((c) => (c.kind === 'source' ? sources.invalidate(c.id) : c.kind === 'tenant' ? sources.clear() : undefined));
   // Pub/sub needs a connection of its own.
   const sub = createRedis(rt.config.redis);
   sub.on('error', (err: Error) => logger.warn({ err: err.message }, 'config subscription connection error'));
@@ -29,7 +35,7 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   try {
     await cache.subscribe(sub, rt.keys, logger);
     const pipeline = createPipeline({
-      sources: cache,
+      sources,
       intake,
       limiter,
       keys: rt.keys,
