@@ -65,6 +65,7 @@ function parseResponses(data: Buffer): Parsed[] {
       headers[l.slice(0, i).toLowerCase()] = l.slice(i + 1).trim();
     }
     const len = Number(headers['content-length'] ?? 0);
+    if (s.length < end + 4 + len) break; // body still arriving
     out.push({ status, headers, body: s.slice(end + 4, end + 4 + len) });
     s = s.slice(end + 4 + len);
   }
@@ -119,8 +120,7 @@ function readResponses(sock: Socket, n: number): Promise<Parsed[]> {
     const onData = (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
       const got = parseResponses(buf);
-      const complete = got.length >= n && Buffer.byteLength(got.map((g) => g.body).join('')) >= 0;
-      if (complete) {
+      if (got.length >= n) {
         sock.off('data', onData);
         resolve(got);
       }
