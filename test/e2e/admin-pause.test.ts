@@ -19,7 +19,9 @@ afterAll(async () => {
 });
 
 describe('pause/resume across two workers', () => {
-  it('takes effect on both workers within 1 s, and everything is delivered after resume', { timeout: 120_000 }, async () => {
+  it('takes effect on both workers within 1 s, and everything is delivered after resume', {
+    timeout: 120_000,
+  }, async () => {
     const arrivals: { at: number; id: string }[] = [];
     const receiver = http.createServer((req, res) => {
       arrivals.push({ at: Date.now(), id: String(req.headers['webhook-id']) });
@@ -36,20 +38,31 @@ describe('pause/resume across two workers', () => {
       await admin.close();
       await dropSpillTopic(env.SPILLWAY_KAFKA_BROKERS!.split(','), env.SPILLWAY_SPILL_TOPIC!);
     });
-    const workers: Spawned[] = [spawnSpillway(['start', '--role', 'worker'], env), spawnSpillway(['start', '--role', 'worker'], env)];
+    const workers: Spawned[] = [
+      spawnSpillway(['start', '--role', 'worker'], env),
+      spawnSpillway(['start', '--role', 'worker'], env),
+    ];
     for (const w of workers) {
       cleanup.push(async () => {
         w.child.kill('SIGTERM');
         await w.exited;
       });
     }
-    for (const w of workers) await waitFor(() => w.stdout().includes('spillway worker running'), `a worker up (${w.stderr()})`, 30_000);
+    for (const w of workers)
+      await waitFor(
+        () => w.stdout().includes('spillway worker running'),
+        `a worker up (${w.stderr()})`,
+        30_000,
+      );
 
     const base = `http://127.0.0.1:${admin.adminPort}`;
     const call = async (method: string, path: string, body?: unknown) => {
       const res = await fetch(base + path, {
         method,
-        headers: { authorization: `Bearer ${env.SPILLWAY_ADMIN_TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        headers: {
+          authorization: `Bearer ${env.SPILLWAY_ADMIN_TOKEN}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
       return { status: res.status, body: (await res.json()) as any };
@@ -57,17 +70,33 @@ describe('pause/resume across two workers', () => {
     const tid = 'pause-me';
     expect((await call('POST', '/v1/tenants', { id: tid, limits: { concurrency: 2 } })).status).toBe(201);
     const port = (receiver.address() as AddressInfo).port;
-    expect((await call('POST', `/v1/tenants/${tid}/endpoints`, { id: 'ep', url: `http://127.0.0.1:${port}/hook` })).status).toBe(201);
+    expect(
+      (await call('POST', `/v1/tenants/${tid}/endpoints`, { id: 'ep', url: `http://127.0.0.1:${port}/hook` }))
+        .status,
+    ).toBe(201);
     for (let i = 0; i < EVENTS; i += 50) {
-      const batch = Array.from({ length: Math.min(50, EVENTS - i) }, (_, j) => call('POST', `/v1/tenants/${tid}/events`, { id: `p${i + j}`, type: 'order.created', payload: { n: i + j } }));
+      const batch = Array.from({ length: Math.min(50, EVENTS - i) }, (_, j) =>
+        call('POST', `/v1/tenants/${tid}/events`, {
+          id: `p${i + j}`,
+          type: 'order.created',
+          payload: { n: i + j },
+        }),
+      );
       for (const r of await Promise.all(batch)) expect(r.status).toBe(202);
     }
 
     // Both workers are delivering before the pause (their published counters say so).
-    await waitFor(async () => {
-      const s = await call('GET', `/v1/tenants/${tid}/stats?detail=workers`);
-      return s.body.workers?.length === 2 && s.body.workers.every((w: { delivered: number }) => w.delivered > 0);
-    }, 'both workers delivering', 30_000, 100);
+    await waitFor(
+      async () => {
+        const s = await call('GET', `/v1/tenants/${tid}/stats?detail=workers`);
+        return (
+          s.body.workers?.length === 2 && s.body.workers.every((w: { delivered: number }) => w.delivered > 0)
+        );
+      },
+      'both workers delivering',
+      30_000,
+      100,
+    );
     expect(new Set(arrivals.map((a) => a.id)).size).toBeLessThan(EVENTS * 0.7);
 
     const paused = await call('POST', `/v1/tenants/${tid}/pause`);
@@ -84,11 +113,23 @@ describe('pause/resume across two workers', () => {
     const resumed = await call('POST', `/v1/tenants/${tid}/resume`);
     expect(resumed.body).toEqual({ id: tid, status: 'active' });
     const resumedAt = Date.now();
-    const first = await waitFor(() => arrivals.find((a) => a.at >= resumedAt), 'a delivery after resume', 5_000, 10);
+    const first = await waitFor(
+      () => arrivals.find((a) => a.at >= resumedAt),
+      'a delivery after resume',
+      5_000,
+      10,
+    );
     const resumeLatencyMs = first!.at - resumedAt;
     expect(resumeLatencyMs).toBeLessThanOrEqual(1000);
 
-    await waitFor(() => new Set(arrivals.map((a) => a.id)).size === EVENTS, 'every event delivered after resume', 60_000, 100);
-    process.stdout.write(`admin-pause: pause reached both workers in ≤ ${pauseLatencyMs} ms, resume in ${resumeLatencyMs} ms\n`);
+    await waitFor(
+      () => new Set(arrivals.map((a) => a.id)).size === EVENTS,
+      'every event delivered after resume',
+      60_000,
+      100,
+    );
+    process.stdout.write(
+      `admin-pause: pause reached both workers in ≤ ${pauseLatencyMs} ms, resume in ${resumeLatencyMs} ms\n`,
+    );
   });
 });

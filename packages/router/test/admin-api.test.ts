@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { createKeys } from '@spillway/shared';
 import SwaggerParser from '@apidevtools/swagger-parser';
+import { createKeys } from '@spillway/shared';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
@@ -32,7 +32,12 @@ interface Res {
   headers: Headers;
 }
 
-async function call(method: string, path: string, body?: unknown, opts: { token?: string | null; raw?: string; contentType?: string } = {}): Promise<Res> {
+async function call(
+  method: string,
+  path: string,
+  body?: unknown,
+  opts: { token?: string | null; raw?: string; contentType?: string } = {},
+): Promise<Res> {
   const headers: Record<string, string> = {};
   const token = opts.token === undefined ? env.SPILLWAY_ADMIN_TOKEN : opts.token;
   if (token !== null) headers.authorization = `Bearer ${token}`;
@@ -66,7 +71,14 @@ async function snapshot(): Promise<string[]> {
   const withValues = await Promise.all(
     out.sort().map(async (k) => {
       const type = await redis.type(k);
-      const v = type === 'string' ? await redis.get(k) : type === 'hash' ? JSON.stringify(await redis.hgetall(k)) : type === 'set' ? JSON.stringify((await redis.smembers(k)).sort()) : type;
+      const v =
+        type === 'string'
+          ? await redis.get(k)
+          : type === 'hash'
+            ? JSON.stringify(await redis.hgetall(k))
+            : type === 'set'
+              ? JSON.stringify((await redis.smembers(k)).sort())
+              : type;
       return `${k}=${v}`;
     }),
   );
@@ -76,9 +88,19 @@ async function snapshot(): Promise<string[]> {
 describe('auth', () => {
   it('401 without a token, with a bad token, and with a non-bearer scheme; health stays open', async () => {
     expectError(await call('GET', '/v1/tenants', undefined, { token: null }), 401, 'unauthorized');
-    expectError(await call('GET', '/v1/tenants', undefined, { token: 'wrong-token-wrong-token' }), 401, 'unauthorized');
-    expectError(await call('GET', '/v1/tenants', undefined, { token: `${env.SPILLWAY_ADMIN_TOKEN}x` }), 401, 'unauthorized');
-    const basic = await fetch(`${base}/v1/tenants`, { headers: { authorization: `Basic ${env.SPILLWAY_ADMIN_TOKEN}` } });
+    expectError(
+      await call('GET', '/v1/tenants', undefined, { token: 'wrong-token-wrong-token' }),
+      401,
+      'unauthorized',
+    );
+    expectError(
+      await call('GET', '/v1/tenants', undefined, { token: `${env.SPILLWAY_ADMIN_TOKEN}x` }),
+      401,
+      'unauthorized',
+    );
+    const basic = await fetch(`${base}/v1/tenants`, {
+      headers: { authorization: `Basic ${env.SPILLWAY_ADMIN_TOKEN}` },
+    });
     expect(basic.status).toBe(401);
     const before = await snapshot();
     expectError(await call('POST', '/v1/tenants', { id: tid() }, { token: 'nope' }), 401, 'unauthorized');
@@ -102,12 +124,17 @@ describe('tenants', () => {
     expect(list.status).toBe(200);
     expect(list.body.data.map((t: { id: string }) => t.id)).toContain(id);
 
-    const p = await call('PATCH', `/v1/tenants/${id}`, { limits: { concurrency: 4, rate: { perSecond: 50, burst: 100 } } });
+    const p = await call('PATCH', `/v1/tenants/${id}`, {
+      limits: { concurrency: 4, rate: { perSecond: 50, burst: 100 } },
+    });
     expect(p.status).toBe(200);
     expect(p.body.limits).toEqual({ maxInFlight: 1000, concurrency: 4, rate: { perSecond: 50, burst: 100 } });
     const cleared = await call('PATCH', `/v1/tenants/${id}`, { limits: { rate: null } });
     expect(cleared.body.limits).toEqual({ maxInFlight: 1000, concurrency: 4 });
-    expect(JSON.parse((await redis.get(keys.tenant(id)))!).limits).toEqual({ maxInFlight: 1000, concurrency: 4 });
+    expect(JSON.parse((await redis.get(keys.tenant(id)))!).limits).toEqual({
+      maxInFlight: 1000,
+      concurrency: 4,
+    });
 
     expect((await call('POST', `/v1/tenants/${id}/pause`)).body).toEqual({ id, status: 'paused' });
     expect(JSON.parse((await redis.get(keys.tenant(id)))!).status).toBe('paused');
@@ -120,7 +147,9 @@ describe('tenants', () => {
   });
 
   it('generates an id when absent and takes full limits', async () => {
-    const c = await call('POST', '/v1/tenants', { limits: { maxInFlight: 5, concurrency: 2, rate: { perSecond: 0.5, burst: 1 } } });
+    const c = await call('POST', '/v1/tenants', {
+      limits: { maxInFlight: 5, concurrency: 2, rate: { perSecond: 0.5, burst: 1 } },
+    });
     expect(c.status).toBe(201);
     expect(c.body.id).toMatch(/^tn_[A-Za-z0-9]+$/);
     expect(c.body.limits).toEqual({ maxInFlight: 5, concurrency: 2, rate: { perSecond: 0.5, burst: 1 } });
@@ -178,7 +207,10 @@ describe('bad input: clear 4xx, nothing written', () => {
   for (const [name, body, status, code] of cases) {
     it(name, async () => {
       const before = await snapshot();
-      const r = typeof body === 'string' ? await call('POST', '/v1/tenants', undefined, { raw: body }) : await call('POST', '/v1/tenants', body);
+      const r =
+        typeof body === 'string'
+          ? await call('POST', '/v1/tenants', undefined, { raw: body })
+          : await call('POST', '/v1/tenants', body);
       expectError(r, status, code);
       expect(await snapshot()).toEqual(before);
     });
@@ -191,7 +223,10 @@ describe('bad input: clear 4xx, nothing written', () => {
 
   it('a non-JSON content type is 415', async () => {
     const before = await snapshot();
-    const r = await call('POST', '/v1/tenants', undefined, { raw: 'id=x', contentType: 'application/x-www-form-urlencoded' });
+    const r = await call('POST', '/v1/tenants', undefined, {
+      raw: 'id=x',
+      contentType: 'application/x-www-form-urlencoded',
+    });
     expectError(r, 415, 'unsupported_media_type');
     expect(await snapshot()).toEqual(before);
   });
@@ -210,8 +245,18 @@ describe('bad input: clear 4xx, nothing written', () => {
       ['POST', `/v1/tenants/${id}/endpoints`, { url: 'https://example.com/', extra: 1 }],
       ['POST', `/v1/tenants/${id}/sources`, { kind: 'gitlab', secret: 'x' }],
       ['POST', `/v1/tenants/${id}/sources`, { kind: 'github' }],
-      ['POST', `/v1/tenants/${id}/sources`, { kind: 'github', secret: 'x', allowCidrs: ['10.0.0.0/33'] }, 'allowCidrs'],
-      ['POST', `/v1/tenants/${id}/sources`, { kind: 'github', secret: 'x', allowCidrs: ['hello'] }, 'allowCidrs'],
+      [
+        'POST',
+        `/v1/tenants/${id}/sources`,
+        { kind: 'github', secret: 'x', allowCidrs: ['10.0.0.0/33'] },
+        'allowCidrs',
+      ],
+      [
+        'POST',
+        `/v1/tenants/${id}/sources`,
+        { kind: 'github', secret: 'x', allowCidrs: ['hello'] },
+        'allowCidrs',
+      ],
       ['POST', `/v1/tenants/${id}/sources`, { kind: 'standard', secret: 'not-whsec' }, 'whsec_'],
       ['POST', `/v1/tenants/${id}/sources`, { kind: 'github', secret: 'x', maxBodyBytes: -1 }],
       ['PATCH', `/v1/tenants/${id}`, { limits: { concurrency: 2 }, status: 'paused' }],
@@ -240,7 +285,13 @@ describe('endpoints', () => {
     await call('POST', '/v1/tenants', { id });
     const c = await call('POST', `/v1/tenants/${id}/endpoints`, { url: 'https://example.com/hooks' });
     expect(c.status).toBe(201);
-    expect(c.body).toMatchObject({ tenantId: id, url: 'https://example.com/hooks', eventTypes: ['*'], timeoutMs: 15000, status: 'active' });
+    expect(c.body).toMatchObject({
+      tenantId: id,
+      url: 'https://example.com/hooks',
+      eventTypes: ['*'],
+      timeoutMs: 15000,
+      status: 'active',
+    });
     expect(c.body.id).toMatch(/^ep_/);
     expect(c.body.secret).toMatch(/^whsec_[A-Za-z0-9+/]{32,}={0,2}$/);
     expect(Buffer.from(c.body.secret.slice(6), 'base64').length).toBeGreaterThanOrEqual(24);
@@ -257,25 +308,51 @@ describe('endpoints', () => {
       timeoutMs: 5000,
     });
     expect(e2.status).toBe(201);
-    expect(e2.body).toMatchObject({ id: 'orders', secret, eventTypes: ['order.*'], rate: { perSecond: 10, burst: 20 }, timeoutMs: 5000 });
-    expectError(await call('POST', `/v1/tenants/${id}/endpoints`, { id: 'orders', url: 'https://x.example/' }), 409, 'conflict');
+    expect(e2.body).toMatchObject({
+      id: 'orders',
+      secret,
+      eventTypes: ['order.*'],
+      rate: { perSecond: 10, burst: 20 },
+      timeoutMs: 5000,
+    });
+    expectError(
+      await call('POST', `/v1/tenants/${id}/endpoints`, { id: 'orders', url: 'https://x.example/' }),
+      409,
+      'conflict',
+    );
 
     expect((await call('GET', `/v1/tenants/${id}/endpoints/orders`)).body).toEqual(e2.body);
-    expect((await call('GET', `/v1/tenants/${id}/endpoints`)).body.data.map((e: { id: string }) => e.id).sort()).toEqual([eid, 'orders'].sort());
+    expect(
+      (await call('GET', `/v1/tenants/${id}/endpoints`)).body.data.map((e: { id: string }) => e.id).sort(),
+    ).toEqual([eid, 'orders'].sort());
     expectError(await call('GET', `/v1/tenants/${id}/endpoints/nope`), 404, 'not_found');
 
     const newSecret = `whsec_${randomBytes(24).toString('base64')}`;
-    const p = await call('PATCH', `/v1/tenants/${id}/endpoints/orders`, { eventTypes: ['order.created', 'invoice.*'], secret: newSecret, rate: null });
+    const p = await call('PATCH', `/v1/tenants/${id}/endpoints/orders`, {
+      eventTypes: ['order.created', 'invoice.*'],
+      secret: newSecret,
+      rate: null,
+    });
     expect(p.status).toBe(200);
     expect(p.body.eventTypes).toEqual(['order.created', 'invoice.*']);
     expect(p.body.secret).toBe(newSecret);
     expect(p.body.previousSecrets).toEqual([{ secret, expiresAt: expect.any(String) }]);
     expect(p.body.rate).toBeUndefined();
-    expectError(await call('PATCH', `/v1/tenants/${id}/endpoints/nope`, { timeoutMs: 1000 }), 404, 'not_found');
+    expectError(
+      await call('PATCH', `/v1/tenants/${id}/endpoints/nope`, { timeoutMs: 1000 }),
+      404,
+      'not_found',
+    );
 
-    expect((await call('POST', `/v1/tenants/${id}/endpoints/orders/pause`)).body).toEqual({ id: 'orders', status: 'paused' });
+    expect((await call('POST', `/v1/tenants/${id}/endpoints/orders/pause`)).body).toEqual({
+      id: 'orders',
+      status: 'paused',
+    });
     expect(JSON.parse((await redis.hget(keys.endpoints(id), 'orders'))!).status).toBe('paused');
-    expect((await call('POST', `/v1/tenants/${id}/endpoints/orders/resume`)).body).toEqual({ id: 'orders', status: 'active' });
+    expect((await call('POST', `/v1/tenants/${id}/endpoints/orders/resume`)).body).toEqual({
+      id: 'orders',
+      status: 'active',
+    });
     expectError(await call('POST', `/v1/tenants/${id}/endpoints/nope/pause`), 404, 'not_found');
 
     expect((await call('DELETE', `/v1/tenants/${id}/endpoints/orders`)).status).toBe(204);
@@ -297,17 +374,35 @@ describe('sources', () => {
       rate: { perSecond: 100, burst: 200 },
     });
     expect(c.status).toBe(201);
-    expect(c.body).toMatchObject({ tenantId: id, kind: 'github', maxBodyBytes: 1048576, allowCidrs: ['192.30.252.0/22', '2001:db8::/32'] });
+    expect(c.body).toMatchObject({
+      tenantId: id,
+      kind: 'github',
+      maxBodyBytes: 1048576,
+      allowCidrs: ['192.30.252.0/22', '2001:db8::/32'],
+    });
     expect(c.body.ingestPath).toBe(`/ingest/${c.body.id}`);
     const stored = JSON.parse((await redis.hget(keys.sources, c.body.id))!);
     expect(stored).toMatchObject({ id: c.body.id, tenantId: id, secret: 'gh-secret' });
     expect(stored.ingestPath).toBeUndefined();
 
-    const std = await call('POST', `/v1/tenants/${id}/sources`, { id: 'std-1', kind: 'standard', secret: `whsec_${randomBytes(24).toString('base64')}`, maxBodyBytes: 4096 });
+    const std = await call('POST', `/v1/tenants/${id}/sources`, {
+      id: 'std-1',
+      kind: 'standard',
+      secret: `whsec_${randomBytes(24).toString('base64')}`,
+      maxBodyBytes: 4096,
+    });
     expect(std.status).toBe(201);
-    expectError(await call('POST', `/v1/tenants/${other}/sources`, { id: 'std-1', kind: 'stripe', secret: 'x' }), 409, 'conflict');
+    expectError(
+      await call('POST', `/v1/tenants/${other}/sources`, { id: 'std-1', kind: 'stripe', secret: 'x' }),
+      409,
+      'conflict',
+    );
 
-    expect((await call('GET', `/v1/tenants/${id}/sources/std-1`)).body).toMatchObject({ id: 'std-1', ingestPath: '/ingest/std-1', maxBodyBytes: 4096 });
+    expect((await call('GET', `/v1/tenants/${id}/sources/std-1`)).body).toMatchObject({
+      id: 'std-1',
+      ingestPath: '/ingest/std-1',
+      maxBodyBytes: 4096,
+    });
     expect((await call('GET', `/v1/tenants/${id}/sources`)).body.data).toHaveLength(2);
     expect((await call('GET', `/v1/tenants/${other}/sources`)).body.data).toHaveLength(0);
     expectError(await call('GET', `/v1/tenants/${other}/sources/std-1`), 404, 'not_found');
@@ -336,7 +431,9 @@ describe('tenant API keys', () => {
     // Stored hashed: the raw key appears nowhere in Redis; the listing never shows it again.
     expect((await snapshot()).join('\n')).not.toContain(key);
     const listed = await call('GET', `/v1/tenants/${a}/keys`);
-    expect(listed.body.data).toEqual([{ id: k.body.id, tenantId: a, name: 'ci', createdAt: k.body.createdAt }]);
+    expect(listed.body.data).toEqual([
+      { id: k.body.id, tenantId: a, name: 'ci', createdAt: k.body.createdAt },
+    ]);
 
     const before = await snapshot();
     // Another tenant: forbidden, read or write.
@@ -387,7 +484,11 @@ describe('tenant API keys', () => {
     expect(await redis.hlen(keys.apiKeys)).toBeGreaterThan(0);
     expect((await call('DELETE', `/v1/tenants/${a}`)).status).toBe(204);
     expect(await redis.exists(keys.tenantKeys(a))).toBe(0);
-    expectError(await call('GET', `/v1/tenants/${a}/stats`, undefined, { token: k.body.key }), 401, 'unauthorized');
+    expectError(
+      await call('GET', `/v1/tenants/${a}/stats`, undefined, { token: k.body.key }),
+      401,
+      'unauthorized',
+    );
   });
 });
 

@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createKeys } from '@spillway/shared';
@@ -61,7 +61,11 @@ afterAll(async () => {
 async function call(method: string, path: string, body?: unknown, token = env.SPILLWAY_ADMIN_TOKEN) {
   const headers: Record<string, string> = { authorization: `Bearer ${token}` };
   if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(base + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : undefined, headers: res.headers };
 }
@@ -69,7 +73,9 @@ async function call(method: string, path: string, body?: unknown, token = env.SP
 async function tenantWithEndpoint(path: string) {
   const tid = `t-${randomBytes(4).toString('hex')}`;
   expect((await call('POST', '/v1/tenants', { id: tid })).status).toBe(201);
-  expect((await call('POST', `/v1/tenants/${tid}/endpoints`, { id: 'ep1', url: `${receiverUrl}${path}` })).status).toBe(201);
+  expect(
+    (await call('POST', `/v1/tenants/${tid}/endpoints`, { id: 'ep1', url: `${receiverUrl}${path}` })).status,
+  ).toBe(201);
   return tid;
 }
 
@@ -78,10 +84,18 @@ describe('events', () => {
     const path = `/ok-${randomBytes(3).toString('hex')}`;
     const tid = await tenantWithEndpoint(path);
     const payload = { order: 42, items: ['a', 'b'], nested: { ok: true } };
-    const a = await call('POST', `/v1/tenants/${tid}/events`, { id: 'evt-1', type: 'order.created', payload });
+    const a = await call('POST', `/v1/tenants/${tid}/events`, {
+      id: 'evt-1',
+      type: 'order.created',
+      payload,
+    });
     expect(a.status).toBe(202);
     expect(a.body).toEqual({ id: 'evt-1' });
-    const dup = await call('POST', `/v1/tenants/${tid}/events`, { id: 'evt-1', type: 'order.created', payload });
+    const dup = await call('POST', `/v1/tenants/${tid}/events`, {
+      id: 'evt-1',
+      type: 'order.created',
+      payload,
+    });
     expect(dup.status).toBe(200);
     expect(dup.body).toEqual({ id: 'evt-1', duplicate: true });
 
@@ -89,7 +103,11 @@ describe('events', () => {
       const r = await call('GET', `/v1/tenants/${tid}/events/evt-1`);
       return r.status === 200 && r.body.deliveries[0]?.status === 'delivered' ? r.body : undefined;
     }, 'delivery of evt-1');
-    expect(ev).toMatchObject({ id: 'evt-1', type: 'order.created', deliveries: [{ endpointId: 'ep1', status: 'delivered', attempts: 1, lastStatus: 200 }] });
+    expect(ev).toMatchObject({
+      id: 'evt-1',
+      type: 'order.created',
+      deliveries: [{ endpointId: 'ep1', status: 'delivered', attempts: 1, lastStatus: 200 }],
+    });
     expect(Number.isNaN(Date.parse(ev.receivedAt))).toBe(false);
     const got = hits.filter((h) => h.path === path);
     expect(got).toHaveLength(1);
@@ -103,7 +121,10 @@ describe('events', () => {
     expect(gen.status).toBe(202);
     expect(gen.body.id).toMatch(/^evt_/);
     // The event record is written when a worker fans the event out, a moment after the 202.
-    await waitFor(async () => (await call('GET', `/v1/tenants/${tid}/events/${gen.body.id}`)).status === 200, 'generated event visible');
+    await waitFor(
+      async () => (await call('GET', `/v1/tenants/${tid}/events/${gen.body.id}`)).status === 200,
+      'generated event visible',
+    );
   });
 
   it('404 for an unknown event or tenant, and nothing is written for an unknown tenant', async () => {
@@ -121,21 +142,36 @@ describe('dead letters and stats', () => {
     const path = `/flaky-${randomBytes(3).toString('hex')}`;
     failing.add(path);
     const tid = await tenantWithEndpoint(path);
-    for (const id of ['d1', 'd2', 'd3']) expect((await call('POST', `/v1/tenants/${tid}/events`, { id, type: 'invoice.paid', payload: { id } })).status).toBe(202);
+    for (const id of ['d1', 'd2', 'd3'])
+      expect(
+        (await call('POST', `/v1/tenants/${tid}/events`, { id, type: 'invoice.paid', payload: { id } }))
+          .status,
+      ).toBe(202);
     const dlq = await waitFor(async () => {
       const r = await call('GET', `/v1/tenants/${tid}/dlq`);
       return r.body.data.length === 3 ? r.body.data : undefined;
     }, 'three dead letters');
     expect(dlq.map((d: { eventId: string }) => d.eventId).sort()).toEqual(['d1', 'd2', 'd3']);
-    expect(dlq[0]).toMatchObject({ endpointId: 'ep1', attempts: 2, lastError: expect.any(String), failedAt: expect.any(String) });
+    expect(dlq[0]).toMatchObject({
+      endpointId: 'ep1',
+      attempts: 2,
+      lastError: expect.any(String),
+      failedAt: expect.any(String),
+    });
     expect((await call('GET', `/v1/tenants/${tid}/dlq?endpointId=other`)).body.data).toEqual([]);
     expect((await call('GET', `/v1/tenants/${tid}/dlq?limit=2`)).body.data).toHaveLength(2);
     expect((await call('GET', `/v1/tenants/${tid}/dlq?limit=0`)).status).toBe(400);
 
     const stats = await call('GET', `/v1/tenants/${tid}/stats`);
     expect(stats.status).toBe(200);
-    expect(stats.body).toMatchObject({ status: 'active', dlq: 3, credits: { limit: 1000 }, endpoints: [{ id: 'ep1', breaker: expect.any(String) }] });
-    for (const k of ['queued', 'inFlight', 'spilled', 'retrying', 'delivered', 'failed']) expect(typeof stats.body[k]).toBe('number');
+    expect(stats.body).toMatchObject({
+      status: 'active',
+      dlq: 3,
+      credits: { limit: 1000 },
+      endpoints: [{ id: 'ep1', breaker: expect.any(String) }],
+    });
+    for (const k of ['queued', 'inFlight', 'spilled', 'retrying', 'delivered', 'failed'])
+      expect(typeof stats.body[k]).toBe('number');
     expect(stats.body.workers).toBeUndefined();
 
     expect((await call('POST', `/v1/tenants/${tid}/dlq/replay`, { endpointId: 'nope' })).status).toBe(404);
@@ -145,7 +181,9 @@ describe('dead letters and stats', () => {
     expect(rep.status).toBe(202);
     expect(rep.body).toEqual({ replayed: 3 });
     await waitFor(async () => {
-      const all = await Promise.all(['d1', 'd2', 'd3'].map((id) => call('GET', `/v1/tenants/${tid}/events/${id}`)));
+      const all = await Promise.all(
+        ['d1', 'd2', 'd3'].map((id) => call('GET', `/v1/tenants/${tid}/events/${id}`)),
+      );
       return all.every((r) => r.body.deliveries[0].status === 'delivered');
     }, 'replayed events delivered');
     expect(hits.filter((h) => h.path === path).length - before).toBe(3);
@@ -153,10 +191,15 @@ describe('dead letters and stats', () => {
     expect((await call('POST', `/v1/tenants/${tid}/dlq/replay`, {})).body).toEqual({ replayed: 0 });
 
     // Summed over workers, and with ?detail=workers the one live worker's own counters.
-    const detail = await waitFor(async () => {
-      const r = await call('GET', `/v1/tenants/${tid}/stats?detail=workers`);
-      return r.body.delivered >= 3 && r.body.workers?.length === 1 ? r.body : undefined;
-    }, 'published worker counters', 10_000, 200);
+    const detail = await waitFor(
+      async () => {
+        const r = await call('GET', `/v1/tenants/${tid}/stats?detail=workers`);
+        return r.body.delivered >= 3 && r.body.workers?.length === 1 ? r.body : undefined;
+      },
+      'published worker counters',
+      10_000,
+      200,
+    );
     expect(detail.workers[0]).toMatchObject({ workerId: s.rt.workerId, delivered: detail.delivered });
     expect(detail.endpoints[0]).toMatchObject({ id: 'ep1', delivered: 3 });
   });
@@ -166,7 +209,10 @@ describe('dead letters and stats', () => {
     const key = (await call('POST', `/v1/tenants/${tid}/keys`, {})).body.key as string;
     const r = await call('POST', `/v1/tenants/${tid}/events`, { id: 'k1', type: 'a.b', payload: 1 }, key);
     expect(r.status).toBe(202);
-    await waitFor(async () => (await call('GET', `/v1/tenants/${tid}/events/k1`, undefined, key)).status === 200, 'k1 readable with the key');
+    await waitFor(
+      async () => (await call('GET', `/v1/tenants/${tid}/events/k1`, undefined, key)).status === 200,
+      'k1 readable with the key',
+    );
     expect((await call('GET', `/v1/tenants/${tid}/stats`, undefined, key)).status).toBe(200);
     expect((await call('GET', `/v1/tenants/${tid}/dlq`, undefined, key)).status).toBe(403);
   });
@@ -183,21 +229,54 @@ describe('storage down', () => {
   it('events POST answers 503 with Retry-After (never 2xx) when Redis is gone', async () => {
     const port = 20_000 + Math.floor(Math.random() * 20_000);
     const dir = mkdtempSync(join(tmpdir(), 'spw-redis-'));
-    redisProc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--save', '', '--maxmemory-policy', 'noeviction'], {
-      stdio: 'ignore',
-    });
+    redisProc = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--appendonly',
+        'yes',
+        '--save',
+        '',
+        '--maxmemory-policy',
+        'noeviction',
+      ],
+      {
+        stdio: 'ignore',
+      },
+    );
     const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
-    await waitFor(async () => probe.connect().then(() => true, () => false), 'own redis-server', 10_000, 100);
+    await waitFor(
+      async () =>
+        probe.connect().then(
+          () => true,
+          () => false,
+        ),
+      'own redis-server',
+      10_000,
+      100,
+    );
     probe.disconnect();
     const e = testEnv({ SPILLWAY_REDIS_URL: `redis://127.0.0.1:${port}` });
     own = await start('admin', e);
     const url = `http://127.0.0.1:${own.adminPort}`;
     const h = { authorization: `Bearer ${e.SPILLWAY_ADMIN_TOKEN}`, 'content-type': 'application/json' };
-    expect((await fetch(`${url}/v1/tenants`, { method: 'POST', headers: h, body: JSON.stringify({ id: 'acme' }) })).status).toBe(201);
+    expect(
+      (await fetch(`${url}/v1/tenants`, { method: 'POST', headers: h, body: JSON.stringify({ id: 'acme' }) }))
+        .status,
+    ).toBe(201);
 
     redisProc.kill('SIGKILL');
     await new Promise((r) => redisProc!.once('exit', r));
-    const res = await fetch(`${url}/v1/tenants/acme/events`, { method: 'POST', headers: h, body: JSON.stringify({ id: 'x', type: 'a.b', payload: {} }) });
+    const res = await fetch(`${url}/v1/tenants/acme/events`, {
+      method: 'POST',
+      headers: h,
+      body: JSON.stringify({ id: 'x', type: 'a.b', payload: {} }),
+    });
     expect(res.status).toBe(503);
     expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unavailable');

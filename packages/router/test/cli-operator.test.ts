@@ -30,7 +30,11 @@ beforeAll(async () => {
   receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
   env = testEnv({ SPILLWAY_RETRY_SCHEDULE: '50ms', SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32' });
   server = spawnSpillway(['start'], env);
-  const port = await waitFor(() => /admin:\s+http:\/\/[\d.]+:(\d+)/.exec(server.stdout())?.[1], `the admin URL (stderr: ${server.stderr()})`, 30_000);
+  const port = await waitFor(
+    () => /admin:\s+http:\/\/[\d.]+:(\d+)/.exec(server.stdout())?.[1],
+    `the admin URL (stderr: ${server.stderr()})`,
+    30_000,
+  );
   adminUrl = `http://127.0.0.1:${port}`;
 }, 40_000);
 
@@ -40,8 +44,15 @@ afterAll(async () => {
   await new Promise((r) => receiver?.close(r));
 });
 
-async function cli(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number | null; out: string; err: string }> {
-  const p = spawnSpillway(args, { SPILLWAY_ADMIN_URL: adminUrl, SPILLWAY_ADMIN_TOKEN: env.SPILLWAY_ADMIN_TOKEN!, ...extraEnv });
+async function cli(
+  args: string[],
+  extraEnv: Record<string, string> = {},
+): Promise<{ code: number | null; out: string; err: string }> {
+  const p = spawnSpillway(args, {
+    SPILLWAY_ADMIN_URL: adminUrl,
+    SPILLWAY_ADMIN_TOKEN: env.SPILLWAY_ADMIN_TOKEN!,
+    ...extraEnv,
+  });
   const code = await p.exited;
   return { code, out: p.stdout(), err: p.stderr() };
 }
@@ -53,7 +64,9 @@ async function cliJson<T = any>(args: string[]): Promise<T> {
 }
 
 async function api(path: string): Promise<any> {
-  const res = await fetch(adminUrl + path, { headers: { authorization: `Bearer ${env.SPILLWAY_ADMIN_TOKEN}` } });
+  const res = await fetch(adminUrl + path, {
+    headers: { authorization: `Bearer ${env.SPILLWAY_ADMIN_TOKEN}` },
+  });
   return res.json();
 }
 
@@ -61,19 +74,62 @@ describe('spillway operator CLI', () => {
   const tid = `cli-${randomBytes(3).toString('hex')}`;
 
   it('creates a tenant, endpoint and source; lists them as tables and JSON', async () => {
-    const t = await cliJson(['tenants', 'create', tid, '--concurrency', '4', '--rate-per-second', '20', '--rate-burst', '40']);
-    expect(t).toMatchObject({ id: tid, status: 'active', limits: { maxInFlight: 1000, concurrency: 4, rate: { perSecond: 20, burst: 40 } } });
-    const ep = await cliJson(['endpoints', 'create', tid, `${receiverUrl}/hook`, '--id', 'ep1', '--event-types', 'order.*,invoice.paid']);
-    expect(ep).toMatchObject({ id: 'ep1', eventTypes: ['order.*', 'invoice.paid'], secret: expect.stringMatching(/^whsec_/) });
-    const src = await cliJson(['sources', 'create', tid, '--kind', 'github', '--secret', 'gh', '--id', `${tid}-gh`, '--allow-cidrs', '192.30.252.0/22']);
+    const t = await cliJson([
+      'tenants',
+      'create',
+      tid,
+      '--concurrency',
+      '4',
+      '--rate-per-second',
+      '20',
+      '--rate-burst',
+      '40',
+    ]);
+    expect(t).toMatchObject({
+      id: tid,
+      status: 'active',
+      limits: { maxInFlight: 1000, concurrency: 4, rate: { perSecond: 20, burst: 40 } },
+    });
+    const ep = await cliJson([
+      'endpoints',
+      'create',
+      tid,
+      `${receiverUrl}/hook`,
+      '--id',
+      'ep1',
+      '--event-types',
+      'order.*,invoice.paid',
+    ]);
+    expect(ep).toMatchObject({
+      id: 'ep1',
+      eventTypes: ['order.*', 'invoice.paid'],
+      secret: expect.stringMatching(/^whsec_/),
+    });
+    const src = await cliJson([
+      'sources',
+      'create',
+      tid,
+      '--kind',
+      'github',
+      '--secret',
+      'gh',
+      '--id',
+      `${tid}-gh`,
+      '--allow-cidrs',
+      '192.30.252.0/22',
+    ]);
     expect(src).toMatchObject({ ingestPath: `/ingest/${tid}-gh`, allowCidrs: ['192.30.252.0/22'] });
 
     const list = await cli(['tenants', 'list']);
     expect(list.code).toBe(0);
     expect(list.out).toMatch(/^ID\s+STATUS\s+MAXINFLIGHT/m);
     expect(list.out).toMatch(new RegExp(`^${tid}\\s+active\\s+1000\\s+4\\s+20/s burst 40`, 'm'));
-    expect((await cliJson<{ data: { id: string }[] }>(['endpoints', 'list', tid])).data.map((e) => e.id)).toEqual(['ep1']);
-    expect((await cliJson<{ data: { id: string }[] }>(['sources', 'list', tid])).data.map((e) => e.id)).toEqual([`${tid}-gh`]);
+    expect(
+      (await cliJson<{ data: { id: string }[] }>(['endpoints', 'list', tid])).data.map((e) => e.id),
+    ).toEqual(['ep1']);
+    expect(
+      (await cliJson<{ data: { id: string }[] }>(['sources', 'list', tid])).data.map((e) => e.id),
+    ).toEqual([`${tid}-gh`]);
     expect((await cliJson(['endpoints', 'get', tid, 'ep1'])).url).toBe(`${receiverUrl}/hook`);
   }, 60_000);
 
@@ -89,10 +145,17 @@ describe('spillway operator CLI', () => {
     expect(inspect.out).toMatch(/status\s+paused/);
     expect(inspect.out).toMatch(/^Stats$/m);
     expect(inspect.out).toMatch(/credits\s+0\/1000/);
-    expect(inspect.out).toMatch(/^ep1\s+active\s+http:\/\/127\.0\.0\.1:\d+\/hook\s+order\.\*,invoice\.paid\s+closed/m);
+    expect(inspect.out).toMatch(
+      /^ep1\s+active\s+http:\/\/127\.0\.0\.1:\d+\/hook\s+order\.\*,invoice\.paid\s+closed/m,
+    );
     expect(inspect.out).toContain(`/ingest/${tid}-gh`);
     const ij = await cliJson(['tenants', 'inspect', tid]);
-    expect(ij).toMatchObject({ tenant: { id: tid, status: 'paused' }, stats: { status: 'paused', dlq: 0 }, endpoints: [{ id: 'ep1' }], sources: [{ id: `${tid}-gh` }] });
+    expect(ij).toMatchObject({
+      tenant: { id: tid, status: 'paused' },
+      stats: { status: 'paused', dlq: 0 },
+      endpoints: [{ id: 'ep1' }],
+      sources: [{ id: `${tid}-gh` }],
+    });
 
     expect(await cliJson(['tenants', 'resume', tid])).toEqual({ id: tid, status: 'active' });
     expect((await api(`/v1/tenants/${tid}`)).status).toBe('active');
@@ -100,7 +163,17 @@ describe('spillway operator CLI', () => {
 
   it('dead letters: list, then replay with a progress bar, and they are delivered', async () => {
     for (const id of ['e1', 'e2']) {
-      const sent = await cliJson(['events', 'send', tid, '--type', 'order.created', '--payload', `{"n":"${id}"}`, '--id', id]);
+      const sent = await cliJson([
+        'events',
+        'send',
+        tid,
+        '--type',
+        'order.created',
+        '--payload',
+        `{"n":"${id}"}`,
+        '--id',
+        id,
+      ]);
       expect(sent).toEqual({ id });
     }
     await waitFor(async () => (await api(`/v1/tenants/${tid}/dlq`)).data.length === 2, 'two dead letters');

@@ -47,11 +47,20 @@ export class ApiKeys {
     this.#keys = keys;
   }
 
-  async create(tenantId: string, name?: string): Promise<{ record: Omit<ApiKeyRecord, 'hash'>; key: string }> {
+  async create(
+    tenantId: string,
+    name?: string,
+  ): Promise<{ record: Omit<ApiKeyRecord, 'hash'>; key: string }> {
     const key = `spk_${randomBytes(32).toString('base64url')}`;
     const id = `key_${randomBytes(8).toString('hex')}`;
     const hash = sha256(key).toString('hex');
-    const record: ApiKeyRecord = { id, tenantId, ...(name === undefined ? {} : { name }), createdAt: new Date().toISOString(), hash };
+    const record: ApiKeyRecord = {
+      id,
+      tenantId,
+      ...(name === undefined ? {} : { name }),
+      createdAt: new Date().toISOString(),
+      hash,
+    };
     // The tenant's list first, the lookup last: a key is usable only once it can also be revoked.
     await this.#redis.hset(this.#keys.tenantKeys(tenantId), id, JSON.stringify(record));
     await this.#redis.hset(this.#keys.apiKeys, hash, JSON.stringify({ tenantId, id }));

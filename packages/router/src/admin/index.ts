@@ -3,8 +3,8 @@ import { errors, isSpillwayError, requireAdminToken, type SpillwayError, VERSION
 import { Ajv } from 'ajv';
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import type { RoleContext, RoleHandle } from '../roles.ts';
-import type { Runtime } from '../runtime.ts';
 import { createRouterServices } from '../router-services.ts';
+import type { Runtime } from '../runtime.ts';
 import { ConfigStore } from '../store.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
@@ -18,7 +18,11 @@ declare module 'fastify' {
 /** Admin role: the /v1 API and /openapi.json on the process's HTTP server. */
 export async function startAdmin({ rt, http }: RoleContext): Promise<RoleHandle> {
   const services = createRouterServices(rt);
-  const deps: AdminDeps = { store: new ConfigStore(rt.redis, rt.keys), apiKeys: new ApiKeys(rt.redis, rt.keys), services };
+  const deps: AdminDeps = {
+    store: new ConfigStore(rt.redis, rt.keys),
+    apiKeys: new ApiKeys(rt.redis, rt.keys),
+    services,
+  };
   await http.register(async (api) => registerAdminApi(api, rt, deps));
   return {
     name: 'admin',
@@ -33,7 +37,13 @@ export async function startAdmin({ rt, http }: RoleContext): Promise<RoleHandle>
  * types, which would turn `{"limits":{"concurrency":"16"}}` or a typo'd field into a silent success.
  */
 function makeAjv(): Ajv {
-  return new Ajv({ removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false, strict: false });
+  return new Ajv({
+    removeAdditional: false,
+    coerceTypes: false,
+    useDefaults: false,
+    allErrors: false,
+    strict: false,
+  });
 }
 
 async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDeps): Promise<void> {
@@ -50,11 +60,16 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
       info: {
         title: 'Spillway admin API',
         version: VERSION,
-        description: 'Multi-tenant webhook fan-out router. Every /v1 route takes `Authorization: Bearer <token>`.',
+        description:
+          'Multi-tenant webhook fan-out router. Every /v1 route takes `Authorization: Bearer <token>`.',
       },
       components: {
         securitySchemes: {
-          bearer: { type: 'http', scheme: 'bearer', description: 'SPILLWAY_ADMIN_TOKEN, or a tenant API key (spk_...) on the routes that say so' },
+          bearer: {
+            type: 'http',
+            scheme: 'bearer',
+            description: 'SPILLWAY_ADMIN_TOKEN, or a tenant API key (spk_...) on the routes that say so',
+          },
         },
       },
       security: [{ bearer: [] }],
@@ -77,10 +92,13 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
         req.principal = { kind: 'tenant', tenantId: key.tenantId, keyId: key.id };
         // A tenant key may call only routes marked tenantKey, and only for its own tenant.
         const tid = (req.params as { tid?: string }).tid;
-        if (!req.routeOptions.config.tenantKey) throw errors.forbidden('a tenant API key cannot call this route');
+        if (!req.routeOptions.config.tenantKey)
+          throw errors.forbidden('a tenant API key cannot call this route');
         if (tid !== key.tenantId) throw errors.forbidden('a tenant API key can only reach its own tenant');
       });
-      v1.setNotFoundHandler((req, reply) => sendError(rt, errors.notFound(`no route ${req.method} ${req.url.split('?')[0]}`), reply, req.url));
+      v1.setNotFoundHandler((req, reply) =>
+        sendError(rt, errors.notFound(`no route ${req.method} ${req.url.split('?')[0]}`), reply, req.url),
+      );
       registerRoutes(v1, deps);
     },
     { prefix: '/v1' },
@@ -89,7 +107,12 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
   api.get('/openapi.json', { schema: { hide: true } }, async () => api.swagger());
 }
 
-function sendError(rt: Runtime, err: FastifyError | SpillwayError, reply: FastifyReply, url: string): FastifyReply {
+function sendError(
+  rt: Runtime,
+  err: FastifyError | SpillwayError,
+  reply: FastifyReply,
+  url: string,
+): FastifyReply {
   if (isSpillwayError(err)) {
     if (err.retryAfter !== undefined) reply.header('retry-after', String(err.retryAfter));
     if (err.status >= 500) rt.logger.warn({ url, code: err.code, err: err.message }, 'admin request failed');
@@ -100,17 +123,24 @@ function sendError(rt: Runtime, err: FastifyError | SpillwayError, reply: Fastif
     // Storage is down, not the request wrong: say so the way the events API does (503 + Retry-After).
     rt.logger.warn({ url, err: (err as Error).message }, 'admin request failed: Redis unavailable');
     reply.header('retry-after', '1');
-    return reply.code(503).send({ error: { code: 'unavailable', message: 'storage (Redis) is unavailable; retry shortly' } });
+    return reply
+      .code(503)
+      .send({ error: { code: 'unavailable', message: 'storage (Redis) is unavailable; retry shortly' } });
   }
   if (fe.validation) {
     const where = fe.validationContext ?? 'body';
-    const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)?.additionalProperty;
+    const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)
+      ?.additionalProperty;
     const message = extra === undefined ? fe.message : `${fe.message} ("${extra}")`;
-    return reply.code(400).send({ error: { code: where === 'body' ? 'invalid_body' : 'invalid_request', message } });
+    return reply
+      .code(400)
+      .send({ error: { code: where === 'body' ? 'invalid_body' : 'invalid_request', message } });
   }
   const status = fe.statusCode ?? 500;
   if (status >= 400 && status < 500) {
-    const code = FASTIFY_CODES[fe.code] ?? (status === 413 ? 'payload_too_large' : status === 415 ? 'unsupported_media_type' : 'bad_request');
+    const code =
+      FASTIFY_CODES[fe.code] ??
+      (status === 413 ? 'payload_too_large' : status === 415 ? 'unsupported_media_type' : 'bad_request');
     return reply.code(status).send({ error: { code, message: fe.message } });
   }
   rt.logger.error({ err, url }, 'admin request failed');
@@ -151,19 +181,42 @@ function addHealthPaths(doc: OpenApiDoc): OpenApiDoc {
     ...doc,
     paths: {
       ...doc.paths,
-      '/healthz': { get: { ...open, summary: 'process up', responses: { 200: json('up', { status: { type: 'string' } }) } } },
+      '/healthz': {
+        get: {
+          ...open,
+          summary: 'process up',
+          responses: { 200: json('up', { status: { type: 'string' } }) },
+        },
+      },
       '/readyz': {
         get: {
           ...open,
           summary: 'Redis and Kafka answer',
           responses: {
-            200: json('ready', { status: { type: 'string' }, redis: { type: 'boolean' }, kafka: { type: 'boolean' } }),
-            503: json('not ready', { status: { type: 'string' }, redis: { type: 'boolean' }, kafka: { type: 'boolean' } }),
+            200: json('ready', {
+              status: { type: 'string' },
+              redis: { type: 'boolean' },
+              kafka: { type: 'boolean' },
+            }),
+            503: json('not ready', {
+              status: { type: 'string' },
+              redis: { type: 'boolean' },
+              kafka: { type: 'boolean' },
+            }),
           },
         },
       },
       '/metrics': {
-        get: { ...open, summary: 'Prometheus metrics', responses: { 200: { description: 'Prometheus text', content: { 'text/plain': { schema: { type: 'string' } } } } } },
+        get: {
+          ...open,
+          summary: 'Prometheus metrics',
+          responses: {
+            200: {
+              description: 'Prometheus text',
+              content: { 'text/plain': { schema: { type: 'string' } } },
+            },
+          },
+        },
       },
     },
   };

@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { generateSecret, rotateSecret } from '@spillway/delivery';
-import { type Endpoint, errors, type Rate, type Source, type SourceKind, type Tenant } from '@spillway/shared';
+import {
+  type Endpoint,
+  errors,
+  type Rate,
+  type Source,
+  type SourceKind,
+  type Tenant,
+} from '@spillway/shared';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
 import type { RouterServices } from '../services.ts';
@@ -27,7 +34,10 @@ export const SOURCE_DEFAULT_MAX_BODY = 1_048_576;
 /** How long a replaced endpoint secret keeps signing, so receivers can roll over. */
 const SECRET_OVERLAP_MS = 24 * 3600_000;
 
-const newId = (prefix: string) => `${prefix}_${randomBytes(9).toString('base64url').replace(/[^A-Za-z0-9]/g, 'x')}`;
+const newId = (prefix: string) =>
+  `${prefix}_${randomBytes(9)
+    .toString('base64url')
+    .replace(/[^A-Za-z0-9]/g, 'x')}`;
 
 type P<K extends string> = { [k in K]: string };
 
@@ -38,7 +48,8 @@ function checkUrl(raw: string): string {
   } catch {
     throw errors.invalidBody(`body/url must be an absolute http:// or https:// URL`);
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw errors.invalidBody(`body/url must use http or https (got ${u.protocol})`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw errors.invalidBody(`body/url must use http or https (got ${u.protocol})`);
   if (!u.hostname) throw errors.invalidBody('body/url must name a host');
   return u.toString();
 }
@@ -50,7 +61,9 @@ function checkCidrs(list: string[] | undefined): string[] | undefined {
       const [addr, bits] = ipaddr.parseCIDR(c);
       return `${addr.toString()}/${bits}`;
     } catch {
-      throw errors.invalidBody(`body/allowCidrs/${i} is not a CIDR like 192.30.252.0/22 or 2001:db8::/32 (got "${c}")`);
+      throw errors.invalidBody(
+        `body/allowCidrs/${i} is not a CIDR like 192.30.252.0/22 or 2001:db8::/32 (got "${c}")`,
+      );
     }
   });
 }
@@ -79,7 +92,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   // --- tenants -------------------------------------------------------------------------------
   app.post<{ Body: { id?: string; limits?: { maxInFlight?: number; concurrency?: number; rate?: Rate } } }>(
     '/tenants',
-    { schema: { tags: ['tenants'], body: s.createTenantBody, response: { 201: s.tenantSchema, ...s.errorsFor(400, 401, 409) } } },
+    {
+      schema: {
+        tags: ['tenants'],
+        body: s.createTenantBody,
+        response: { 201: s.tenantSchema, ...s.errorsFor(400, 401, 409) },
+      },
+    },
     async (req, reply) => {
       const b = req.body;
       const tenant: Tenant = {
@@ -96,25 +115,47 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.get('/tenants', { schema: { tags: ['tenants'], response: { 200: s.list(s.tenantSchema), ...s.errorsFor(401) } } }, async () => ({
-    data: await store.listTenants(),
-  }));
+  app.get(
+    '/tenants',
+    { schema: { tags: ['tenants'], response: { 200: s.list(s.tenantSchema), ...s.errorsFor(401) } } },
+    async () => ({
+      data: await store.listTenants(),
+    }),
+  );
 
   app.get<{ Params: P<'tid'> }>(
     '/tenants/:tid',
-    { schema: { tags: ['tenants'], params: s.tidParams, response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['tenants'],
+        params: s.tidParams,
+        response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req) => store.requireTenant(req.params.tid),
   );
 
-  app.patch<{ Params: P<'tid'>; Body: { limits: { maxInFlight?: number; concurrency?: number; rate?: Rate | null } } }>(
+  app.patch<{
+    Params: P<'tid'>;
+    Body: { limits: { maxInFlight?: number; concurrency?: number; rate?: Rate | null } };
+  }>(
     '/tenants/:tid',
     {
-      schema: { tags: ['tenants'], params: s.tidParams, body: s.patchTenantBody, response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) } },
+      schema: {
+        tags: ['tenants'],
+        params: s.tidParams,
+        body: s.patchTenantBody,
+        response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) },
+      },
     },
     async (req) =>
       store.updateTenant(req.params.tid, (t) => {
         const l = req.body.limits;
-        const limits = { ...t.limits, ...(l.maxInFlight ? { maxInFlight: l.maxInFlight } : {}), ...(l.concurrency ? { concurrency: l.concurrency } : {}) };
+        const limits = {
+          ...t.limits,
+          ...(l.maxInFlight ? { maxInFlight: l.maxInFlight } : {}),
+          ...(l.concurrency ? { concurrency: l.concurrency } : {}),
+        };
         if (l.rate === null) delete limits.rate;
         else if (l.rate) limits.rate = l.rate;
         return { ...t, limits };
@@ -123,7 +164,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.delete<{ Params: P<'tid'> }>(
     '/tenants/:tid',
-    { schema: { tags: ['tenants'], params: s.tidParams, response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['tenants'],
+        params: s.tidParams,
+        response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req, reply) => {
       await store.deleteTenant(req.params.tid);
       await apiKeys.revokeAll(req.params.tid);
@@ -137,7 +184,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   ] as const) {
     app.post<{ Params: P<'tid'> }>(
       `/tenants/:tid/${action}`,
-      { schema: { tags: ['tenants'], params: s.tidParams, response: { 200: s.statusSchema, ...s.errorsFor(400, 401, 404) } } },
+      {
+        schema: {
+          tags: ['tenants'],
+          params: s.tidParams,
+          response: { 200: s.statusSchema, ...s.errorsFor(400, 401, 404) },
+        },
+      },
       async (req) => {
         // updateTenant publishes the change; every worker's ConfigCache drops the tenant at once.
         const t = await store.updateTenant(req.params.tid, (cur) => ({ ...cur, status }));
@@ -186,7 +239,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid'> }>(
     '/tenants/:tid/keys',
-    { schema: { tags: ['keys'], params: s.tidParams, response: { 200: s.list(s.apiKeySchema), ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['keys'],
+        params: s.tidParams,
+        response: { 200: s.list(s.apiKeySchema), ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req) => {
       await store.requireTenant(req.params.tid);
       return { data: await apiKeys.list(req.params.tid) };
@@ -195,7 +254,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.delete<{ Params: P<'tid' | 'kid'> }>(
     '/tenants/:tid/keys/:kid',
-    { schema: { tags: ['keys'], params: s.tidKidParams, response: { 204: { description: 'revoked', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['keys'],
+        params: s.tidKidParams,
+        response: { 204: { description: 'revoked', type: 'null' }, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req, reply) => {
       await apiKeys.revoke(req.params.tid, req.params.kid);
       return reply.code(204).send();
@@ -203,7 +268,14 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   );
 
   // --- endpoints -----------------------------------------------------------------------------
-  type EndpointBody = { id?: string; url: string; eventTypes?: string[]; secret?: string; rate?: Rate; timeoutMs?: number };
+  type EndpointBody = {
+    id?: string;
+    url: string;
+    eventTypes?: string[];
+    secret?: string;
+    rate?: Rate;
+    timeoutMs?: number;
+  };
   app.post<{ Params: P<'tid'>; Body: EndpointBody }>(
     '/tenants/:tid/endpoints',
     {
@@ -233,7 +305,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid'> }>(
     '/tenants/:tid/endpoints',
-    { schema: { tags: ['endpoints'], params: s.tidParams, response: { 200: s.list(s.endpointSchema), ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['endpoints'],
+        params: s.tidParams,
+        response: { 200: s.list(s.endpointSchema), ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req) => {
       await store.requireTenant(req.params.tid);
       return { data: await store.listEndpoints(req.params.tid) };
@@ -242,14 +320,23 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid' | 'eid'> }>(
     '/tenants/:tid/endpoints/:eid',
-    { schema: { tags: ['endpoints'], params: s.tidEidParams, response: { 200: s.endpointSchema, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['endpoints'],
+        params: s.tidEidParams,
+        response: { 200: s.endpointSchema, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req) => {
       await store.requireTenant(req.params.tid);
       return store.requireEndpoint(req.params.tid, req.params.eid);
     },
   );
 
-  app.patch<{ Params: P<'tid' | 'eid'>; Body: Partial<Omit<EndpointBody, 'id' | 'rate'>> & { rate?: Rate | null } }>(
+  app.patch<{
+    Params: P<'tid' | 'eid'>;
+    Body: Partial<Omit<EndpointBody, 'id' | 'rate'>> & { rate?: Rate | null };
+  }>(
     '/tenants/:tid/endpoints/:eid',
     {
       schema: {
@@ -271,7 +358,8 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
         if (b.rate === null) delete next.rate;
         else if (b.rate) next.rate = b.rate;
         // Rotation: the old secret keeps signing alongside the new one for a day.
-        if (b.secret && b.secret !== ep.secret) Object.assign(next, rotateSecret(ep, SECRET_OVERLAP_MS, b.secret));
+        if (b.secret && b.secret !== ep.secret)
+          Object.assign(next, rotateSecret(ep, SECRET_OVERLAP_MS, b.secret));
         return next;
       });
     },
@@ -279,7 +367,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.delete<{ Params: P<'tid' | 'eid'> }>(
     '/tenants/:tid/endpoints/:eid',
-    { schema: { tags: ['endpoints'], params: s.tidEidParams, response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['endpoints'],
+        params: s.tidEidParams,
+        response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req, reply) => {
       await store.requireTenant(req.params.tid);
       await store.deleteEndpoint(req.params.tid, req.params.eid);
@@ -293,7 +387,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   ] as const) {
     app.post<{ Params: P<'tid' | 'eid'> }>(
       `/tenants/:tid/endpoints/:eid/${action}`,
-      { schema: { tags: ['endpoints'], params: s.tidEidParams, response: { 200: s.endpointStatusSchema, ...s.errorsFor(400, 401, 404) } } },
+      {
+        schema: {
+          tags: ['endpoints'],
+          params: s.tidEidParams,
+          response: { 200: s.endpointStatusSchema, ...s.errorsFor(400, 401, 404) },
+        },
+      },
       async (req) => {
         await store.requireTenant(req.params.tid);
         const ep = await store.updateEndpoint(req.params.tid, req.params.eid, (cur) => {
@@ -308,11 +408,23 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   }
 
   // --- sources -------------------------------------------------------------------------------
-  type SourceBody = { id?: string; kind: SourceKind; secret: string; allowCidrs?: string[]; maxBodyBytes?: number; rate?: Rate };
+  type SourceBody = {
+    id?: string;
+    kind: SourceKind;
+    secret: string;
+    allowCidrs?: string[];
+    maxBodyBytes?: number;
+    rate?: Rate;
+  };
   app.post<{ Params: P<'tid'>; Body: SourceBody }>(
     '/tenants/:tid/sources',
     {
-      schema: { tags: ['sources'], params: s.tidParams, body: s.createSourceBody, response: { 201: s.sourceSchema, ...s.errorsFor(400, 401, 404, 409) } },
+      schema: {
+        tags: ['sources'],
+        params: s.tidParams,
+        body: s.createSourceBody,
+        response: { 201: s.sourceSchema, ...s.errorsFor(400, 401, 404, 409) },
+      },
     },
     async (req, reply) => {
       const b = req.body;
@@ -334,7 +446,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid'> }>(
     '/tenants/:tid/sources',
-    { schema: { tags: ['sources'], params: s.tidParams, response: { 200: s.list(s.sourceSchema), ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['sources'],
+        params: s.tidParams,
+        response: { 200: s.list(s.sourceSchema), ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req) => {
       await store.requireTenant(req.params.tid);
       return { data: (await store.listSources(req.params.tid)).map(withIngestPath) };
@@ -343,19 +461,32 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid' | 'sid'> }>(
     '/tenants/:tid/sources/:sid',
-    { schema: { tags: ['sources'], params: s.tidSidParams, response: { 200: s.sourceSchema, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['sources'],
+        params: s.tidSidParams,
+        response: { 200: s.sourceSchema, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req) => {
       await store.requireTenant(req.params.tid);
       const src = await store.getSource(req.params.sid);
       // Sources live in one global hash: another tenant's source is "not found" here, not a leak.
-      if (!src || src.tenantId !== req.params.tid) throw errors.notFound(`source ${req.params.sid} not found`);
+      if (!src || src.tenantId !== req.params.tid)
+        throw errors.notFound(`source ${req.params.sid} not found`);
       return withIngestPath(src);
     },
   );
 
   app.delete<{ Params: P<'tid' | 'sid'> }>(
     '/tenants/:tid/sources/:sid',
-    { schema: { tags: ['sources'], params: s.tidSidParams, response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) } } },
+    {
+      schema: {
+        tags: ['sources'],
+        params: s.tidSidParams,
+        response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) },
+      },
+    },
     async (req, reply) => {
       await store.requireTenant(req.params.tid);
       await store.deleteSource(req.params.tid, req.params.sid);
@@ -390,7 +521,9 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
         contentType: 'application/json',
         body: Buffer.from(JSON.stringify(req.body.payload)),
       });
-      return r.duplicate ? reply.code(200).send({ id: r.id, duplicate: true }) : reply.code(202).send({ id: r.id });
+      return r.duplicate
+        ? reply.code(200).send({ id: r.id, duplicate: true })
+        : reply.code(202).send({ id: r.id });
     },
   );
 
@@ -398,7 +531,11 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     '/tenants/:tid/events/:eid',
     {
       config: { tenantKey: true },
-      schema: { tags: ['events'], params: s.tidEidParams, response: { 200: s.eventSchema, ...s.errorsFor(400, 401, 403, 404, 503) } },
+      schema: {
+        tags: ['events'],
+        params: s.tidEidParams,
+        response: { 200: s.eventSchema, ...s.errorsFor(400, 401, 403, 404, 503) },
+      },
     },
     async (req) => {
       const services = d.services;
@@ -424,7 +561,12 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       const services = d.services;
       await store.requireTenant(req.params.tid);
       const limit = Math.min(Number(req.query.limit ?? 100), 1000);
-      return { data: await services.listDlq(req.params.tid, { ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}), limit }) };
+      return {
+        data: await services.listDlq(req.params.tid, {
+          ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}),
+          limit,
+        }),
+      };
     },
   );
 

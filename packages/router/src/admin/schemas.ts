@@ -14,7 +14,12 @@ export const rateSchema = {
   additionalProperties: false,
   required: ['perSecond', 'burst'],
   properties: {
-    perSecond: { type: 'number', exclusiveMinimum: 0, maximum: 1_000_000, description: 'tokens added per second' },
+    perSecond: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      maximum: 1_000_000,
+      description: 'tokens added per second',
+    },
     burst: { type: 'integer', minimum: 1, maximum: 10_000_000, description: 'bucket size' },
   },
 } as const;
@@ -35,8 +40,18 @@ export const errorSchema = {
 } as const;
 
 const limitsProps = {
-  maxInFlight: { type: 'integer', minimum: 1, maximum: 1_000_000, description: 'credits: delivery tasks held in a worker at once' },
-  concurrency: { type: 'integer', minimum: 1, maximum: 10_000, description: 'concurrent outbound requests per worker' },
+  maxInFlight: {
+    type: 'integer',
+    minimum: 1,
+    maximum: 1_000_000,
+    description: 'credits: delivery tasks held in a worker at once',
+  },
+  concurrency: {
+    type: 'integer',
+    minimum: 1,
+    maximum: 10_000,
+    description: 'concurrent outbound requests per worker',
+  },
 } as const;
 
 export const tenantSchema = {
@@ -68,7 +83,11 @@ export const patchTenantBody = {
   additionalProperties: false,
   required: ['limits'],
   properties: {
-    limits: { type: 'object', additionalProperties: false, properties: { ...limitsProps, rate: nullableRate } },
+    limits: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { ...limitsProps, rate: nullableRate },
+    },
   },
 } as const;
 
@@ -106,7 +125,18 @@ const statsCore = {
 
 export const statsSchema = {
   type: 'object',
-  required: ['status', 'credits', 'queued', 'inFlight', 'spilled', 'retrying', 'dlq', 'delivered', 'failed', 'endpoints'],
+  required: [
+    'status',
+    'credits',
+    'queued',
+    'inFlight',
+    'spilled',
+    'retrying',
+    'dlq',
+    'delivered',
+    'failed',
+    'endpoints',
+  ],
   properties: {
     status: { type: 'string', enum: ['active', 'paused'] },
     ...statsCore,
@@ -114,7 +144,11 @@ export const statsSchema = {
     workers: {
       type: 'array',
       description: 'present with ?detail=workers: each live worker’s own counters',
-      items: { type: 'object', required: ['workerId'], properties: { workerId: { type: 'string' }, ...statsCore } },
+      items: {
+        type: 'object',
+        required: ['workerId'],
+        properties: { workerId: { type: 'string' }, ...statsCore },
+      },
     },
   },
 } as const;
@@ -126,11 +160,24 @@ export const statsQuery = {
 } as const;
 
 /** Patterns a subscription may use: `*`, `order.*`, or an exact type. */
-const eventTypePattern = { type: 'string', pattern: '^(\\*|[A-Za-z0-9_:-]+(\\.[A-Za-z0-9_:-]+)*(\\.\\*)?)$', maxLength: 200 } as const;
+const eventTypePattern = {
+  type: 'string',
+  pattern: '^(\\*|[A-Za-z0-9_:-]+(\\.[A-Za-z0-9_:-]+)*(\\.\\*)?)$',
+  maxLength: 200,
+} as const;
 const eventTypes = { type: 'array', minItems: 1, maxItems: 100, items: eventTypePattern } as const;
 /** `whsec_` + base64 of at least 24 bytes (32 base64 characters). */
-const endpointSecret = { type: 'string', pattern: '^whsec_[A-Za-z0-9+/]{32,}={0,2}$', maxLength: 256 } as const;
-const url = { type: 'string', minLength: 8, maxLength: 2048, description: 'http:// or https:// URL' } as const;
+const endpointSecret = {
+  type: 'string',
+  pattern: '^whsec_[A-Za-z0-9+/]{32,}={0,2}$',
+  maxLength: 256,
+} as const;
+const url = {
+  type: 'string',
+  minLength: 8,
+  maxLength: 2048,
+  description: 'http:// or https:// URL',
+} as const;
 const timeoutMs = { type: 'integer', minimum: 100, maximum: 120_000 } as const;
 
 export const endpointSchema = {
@@ -179,7 +226,12 @@ export const endpointStatusSchema = {
 } as const;
 
 const sourceKind = { type: 'string', enum: ['github', 'stripe', 'shopify', 'standard'] } as const;
-const cidrs = { type: 'array', maxItems: 1000, items: { type: 'string', maxLength: 64 }, description: 'CIDRs, IPv4 or IPv6' } as const;
+const cidrs = {
+  type: 'array',
+  maxItems: 1000,
+  items: { type: 'string', maxLength: 64 },
+  description: 'CIDRs, IPv4 or IPv6',
+} as const;
 const maxBodyBytes = { type: 'integer', minimum: 1, maximum: 64 * 1024 * 1024 } as const;
 
 export const sourceSchema = {
@@ -268,7 +320,10 @@ export const dlqEntrySchema = {
 export const dlqQuery = {
   type: 'object',
   additionalProperties: false,
-  properties: { endpointId: id, limit: { type: 'string', pattern: '^[1-9][0-9]{0,3}$', description: '1-1000, default 100' } },
+  properties: {
+    endpointId: id,
+    limit: { type: 'string', pattern: '^[1-9][0-9]{0,3}$', description: '1-1000, default 100' },
+  },
 } as const;
 
 export const replayBody = {
@@ -302,9 +357,21 @@ export const createApiKeyBody = {
 } as const;
 
 export const tidParams = { type: 'object', required: ['tid'], properties: { tid: id } } as const;
-export const tidEidParams = { type: 'object', required: ['tid', 'eid'], properties: { tid: id, eid: id } } as const;
-export const tidSidParams = { type: 'object', required: ['tid', 'sid'], properties: { tid: id, sid: id } } as const;
-export const tidKidParams = { type: 'object', required: ['tid', 'kid'], properties: { tid: id, kid: id } } as const;
+export const tidEidParams = {
+  type: 'object',
+  required: ['tid', 'eid'],
+  properties: { tid: id, eid: id },
+} as const;
+export const tidSidParams = {
+  type: 'object',
+  required: ['tid', 'sid'],
+  properties: { tid: id, sid: id },
+} as const;
+export const tidKidParams = {
+  type: 'object',
+  required: ['tid', 'kid'],
+  properties: { tid: id, kid: id },
+} as const;
 
 /** `{"data":[...]}` */
 export function list(items: object): object {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Command } from 'commander';
-import { AdminClient, seg } from './client.ts';
+import { type AdminClient, seg } from './client.ts';
 import { printJson, printKv } from './output.ts';
 
 /**
@@ -35,7 +35,10 @@ function pct(sorted: number[], p: number): number {
 
 const round = (n: number) => Math.round(n * 10) / 10;
 
-export async function runBench(client: AdminClient, opts: { events: number; concurrency: number; sinkHost: string; timeoutMs: number }): Promise<BenchResult> {
+export async function runBench(
+  client: AdminClient,
+  opts: { events: number; concurrency: number; sinkHost: string; timeoutMs: number },
+): Promise<BenchResult> {
   const acceptedAt = new Map<string, number>();
   const deliveryMs: number[] = [];
   const seen = new Set<string>();
@@ -107,21 +110,31 @@ export async function runBench(client: AdminClient, opts: { events: number; conc
   }
 }
 
-export function registerBenchCommand(program: Command, ctx: (cmd: Command) => { client: AdminClient; json: boolean }): void {
+export function registerBenchCommand(
+  program: Command,
+  ctx: (cmd: Command) => { client: AdminClient; json: boolean },
+): void {
   const int = (v: string) => {
     if (!/^[1-9]\d*$/.test(v)) throw new Error(`expected a positive whole number (got "${v}")`);
     return Number(v);
   };
   program
     .command('bench')
-    .description('post events through the admin API to a local sink and measure accept and delivery (needs the sink address allowed by SPILLWAY_TARGET_ALLOW_CIDRS)')
+    .description(
+      'post events through the admin API to a local sink and measure accept and delivery (needs the sink address allowed by SPILLWAY_TARGET_ALLOW_CIDRS)',
+    )
     .option('--events <n>', 'events to send', int, 2000)
     .option('--concurrency <n>', 'requests in flight', int, 32)
     .option('--sink-host <addr>', 'address the sink listens on (reachable by the workers)', '127.0.0.1')
     .option('--timeout-ms <n>', 'how long to wait for every delivery', int, 60_000)
-    .action(async (o: { events: number; concurrency: number; sinkHost: string; timeoutMs: number }, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const r = await runBench(client, o);
-      json ? printJson(r) : printKv(r as unknown as Record<string, unknown>);
-    });
+    .action(
+      async (
+        o: { events: number; concurrency: number; sinkHost: string; timeoutMs: number },
+        cmd: Command,
+      ) => {
+        const { client, json } = ctx(cmd);
+        const r = await runBench(client, o);
+        json ? printJson(r) : printKv(r as unknown as Record<string, unknown>);
+      },
+    );
 }

@@ -33,8 +33,12 @@ export class AdminClient {
   }
 
   async request<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
-    if (!this.#token) throw new Error('SPILLWAY_ADMIN_TOKEN is not set (the admin API needs the bearer token)');
-    const headers: Record<string, string> = { authorization: `Bearer ${this.#token}`, accept: 'application/json' };
+    if (!this.#token)
+      throw new Error('SPILLWAY_ADMIN_TOKEN is not set (the admin API needs the bearer token)');
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${this.#token}`,
+      accept: 'application/json',
+    };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let res: Response;
     try {

@@ -14,7 +14,10 @@ type Row = Record<string, unknown>;
 
 function ctx(cmd: Command): { client: AdminClient; json: boolean } {
   const o = cmd.optsWithGlobals<GlobalOpts>();
-  return { client: new AdminClient({ ...(o.url ? { url: o.url } : {}), ...(o.token ? { token: o.token } : {}) }), json: Boolean(o.json) };
+  return {
+    client: new AdminClient({ ...(o.url ? { url: o.url } : {}), ...(o.token ? { token: o.token } : {}) }),
+    json: Boolean(o.json),
+  };
 }
 
 const int = (name: string) => (v: string) => {
@@ -32,7 +35,10 @@ const csv = (v: string) =>
     .map((s) => s.trim())
     .filter(Boolean);
 
-function rateOf(o: { ratePerSecond?: number; rateBurst?: number }): { perSecond: number; burst: number } | undefined {
+function rateOf(o: {
+  ratePerSecond?: number;
+  rateBurst?: number;
+}): { perSecond: number; burst: number } | undefined {
   if (o.ratePerSecond === undefined && o.rateBurst === undefined) return undefined;
   if (o.ratePerSecond === undefined) throw new Error('--rate-burst needs --rate-per-second');
   return { perSecond: o.ratePerSecond, burst: o.rateBurst ?? Math.max(1, Math.ceil(o.ratePerSecond)) };
@@ -40,8 +46,19 @@ function rateOf(o: { ratePerSecond?: number; rateBurst?: number }): { perSecond:
 
 const TENANT_COLS = ['id', 'status', 'maxInFlight', 'concurrency', 'rate', 'createdAt'];
 const tenantRow = (t: Row) => {
-  const l = t.limits as { maxInFlight: number; concurrency: number; rate?: { perSecond: number; burst: number } };
-  return { id: t.id, status: t.status, maxInFlight: l.maxInFlight, concurrency: l.concurrency, rate: l.rate ? `${l.rate.perSecond}/s burst ${l.rate.burst}` : 'unlimited', createdAt: t.createdAt };
+  const l = t.limits as {
+    maxInFlight: number;
+    concurrency: number;
+    rate?: { perSecond: number; burst: number };
+  };
+  return {
+    id: t.id,
+    status: t.status,
+    maxInFlight: l.maxInFlight,
+    concurrency: l.concurrency,
+    rate: l.rate ? `${l.rate.perSecond}/s burst ${l.rate.burst}` : 'unlimited',
+    createdAt: t.createdAt,
+  };
 };
 const ENDPOINT_COLS = ['id', 'status', 'url', 'eventTypes', 'timeoutMs', 'rate'];
 const endpointRow = (e: Row) => ({
@@ -51,7 +68,10 @@ const endpointRow = (e: Row) => ({
   status: e.disabledReason ? `${e.status} (${e.disabledReason})` : e.status,
 });
 const SOURCE_COLS = ['id', 'kind', 'ingestPath', 'maxBodyBytes', 'allowCidrs'];
-const sourceRow = (s: Row) => ({ ...s, allowCidrs: ((s.allowCidrs as string[] | undefined) ?? ['any']).join(',') });
+const sourceRow = (s: Row) => ({
+  ...s,
+  allowCidrs: ((s.allowCidrs as string[] | undefined) ?? ['any']).join(','),
+});
 
 /** The operator subcommands: tenants, endpoints, sources, keys, events, dlq. */
 export function registerOperatorCommands(program: Command): void {
@@ -78,17 +98,26 @@ export function registerOperatorCommands(program: Command): void {
     .option('--concurrency <n>', 'concurrent deliveries per worker', int('--concurrency'))
     .option('--rate-per-second <n>', 'delivery rate limit', num('--rate-per-second'))
     .option('--rate-burst <n>', 'delivery rate burst', int('--rate-burst'))
-    .action(async (id: string | undefined, o: { maxInFlight?: number; concurrency?: number; ratePerSecond?: number; rateBurst?: number }, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const rate = rateOf(o);
-      const limits = {
-        ...(o.maxInFlight === undefined ? {} : { maxInFlight: o.maxInFlight }),
-        ...(o.concurrency === undefined ? {} : { concurrency: o.concurrency }),
-        ...(rate ? { rate } : {}),
-      };
-      const t = await client.post<Row>('/v1/tenants', { ...(id ? { id } : {}), ...(Object.keys(limits).length ? { limits } : {}) });
-      json ? printJson(t) : printKv(tenantRow(t));
-    });
+    .action(
+      async (
+        id: string | undefined,
+        o: { maxInFlight?: number; concurrency?: number; ratePerSecond?: number; rateBurst?: number },
+        cmd: Command,
+      ) => {
+        const { client, json } = ctx(cmd);
+        const rate = rateOf(o);
+        const limits = {
+          ...(o.maxInFlight === undefined ? {} : { maxInFlight: o.maxInFlight }),
+          ...(o.concurrency === undefined ? {} : { concurrency: o.concurrency }),
+          ...(rate ? { rate } : {}),
+        };
+        const t = await client.post<Row>('/v1/tenants', {
+          ...(id ? { id } : {}),
+          ...(Object.keys(limits).length ? { limits } : {}),
+        });
+        json ? printJson(t) : printKv(tenantRow(t));
+      },
+    );
   tenants
     .command('get')
     .argument('<tid>')
@@ -111,7 +140,11 @@ export function registerOperatorCommands(program: Command): void {
     tenants
       .command(action)
       .argument('<tid>')
-      .description(action === 'pause' ? 'stop deliveries (events are still accepted and kept)' : 'deliver again, backlog first')
+      .description(
+        action === 'pause'
+          ? 'stop deliveries (events are still accepted and kept)'
+          : 'deliver again, backlog first',
+      )
       .action(async (tid: string, _o, cmd: Command) => {
         const { client, json } = ctx(cmd);
         const r = await client.post<{ id: string; status: string }>(`/v1/tenants/${seg(tid)}/${action}`);
@@ -140,7 +173,13 @@ export function registerOperatorCommands(program: Command): void {
         statsError = (err as Error).message;
       }
       if (json) {
-        printJson({ tenant, stats: stats ?? null, ...(statsError ? { statsError } : {}), endpoints: endpoints.data, sources: sources.data });
+        printJson({
+          tenant,
+          stats: stats ?? null,
+          ...(statsError ? { statsError } : {}),
+          endpoints: endpoints.data,
+          sources: sources.data,
+        });
         return;
       }
       process.stdout.write('Tenant\n');
@@ -163,7 +202,12 @@ export function registerOperatorCommands(program: Command): void {
       const perEp = new Map(((stats?.endpoints as Row[] | undefined) ?? []).map((e) => [e.id, e]));
       process.stdout.write('\nEndpoints\n');
       printTable(
-        endpoints.data.map((e) => ({ ...endpointRow(e), breaker: perEp.get(e.id)?.breaker ?? '-', delivered: perEp.get(e.id)?.delivered ?? '-', failed: perEp.get(e.id)?.failed ?? '-' })),
+        endpoints.data.map((e) => ({
+          ...endpointRow(e),
+          breaker: perEp.get(e.id)?.breaker ?? '-',
+          delivered: perEp.get(e.id)?.delivered ?? '-',
+          failed: perEp.get(e.id)?.failed ?? '-',
+        })),
         ['id', 'status', 'url', 'eventTypes', 'breaker', 'delivered', 'failed'],
       );
       process.stdout.write('\nSources\n');
@@ -171,7 +215,10 @@ export function registerOperatorCommands(program: Command): void {
       if (o.workers && Array.isArray(stats?.workers)) {
         process.stdout.write('\nWorkers\n');
         printTable(
-          (stats.workers as Row[]).map((w) => ({ ...w, credits: `${(w.credits as { used: number }).used}/${(w.credits as { limit: number }).limit}` })),
+          (stats.workers as Row[]).map((w) => ({
+            ...w,
+            credits: `${(w.credits as { used: number }).used}/${(w.credits as { limit: number }).limit}`,
+          })),
           ['workerId', 'credits', 'queued', 'inFlight', 'spilled', 'retrying', 'delivered', 'failed'],
         );
       }
@@ -232,7 +279,14 @@ export function registerOperatorCommands(program: Command): void {
       async (
         tid: string,
         url: string,
-        o: { id?: string; eventTypes?: string[]; secret?: string; timeoutMs?: number; ratePerSecond?: number; rateBurst?: number },
+        o: {
+          id?: string;
+          eventTypes?: string[];
+          secret?: string;
+          timeoutMs?: number;
+          ratePerSecond?: number;
+          rateBurst?: number;
+        },
         cmd: Command,
       ) => {
         const { client, json } = ctx(cmd);
@@ -273,7 +327,9 @@ export function registerOperatorCommands(program: Command): void {
       .argument('<eid>')
       .action(async (tid: string, eid: string, _o, cmd: Command) => {
         const { client, json } = ctx(cmd);
-        const r = await client.post<{ id: string; status: string }>(`/v1/tenants/${seg(tid)}/endpoints/${seg(eid)}/${action}`);
+        const r = await client.post<{ id: string; status: string }>(
+          `/v1/tenants/${seg(tid)}/endpoints/${seg(eid)}/${action}`,
+        );
         json ? printJson(r) : process.stdout.write(`endpoint ${r.id} ${r.status}\n`);
       });
   }
@@ -301,7 +357,15 @@ export function registerOperatorCommands(program: Command): void {
     .action(
       async (
         tid: string,
-        o: { kind: string; secret: string; id?: string; allowCidrs?: string[]; maxBodyBytes?: number; ratePerSecond?: number; rateBurst?: number },
+        o: {
+          kind: string;
+          secret: string;
+          id?: string;
+          allowCidrs?: string[];
+          maxBodyBytes?: number;
+          ratePerSecond?: number;
+          rateBurst?: number;
+        },
         cmd: Command,
       ) => {
         const { client, json } = ctx(cmd);
@@ -352,7 +416,11 @@ export function registerOperatorCommands(program: Command): void {
       } catch {
         throw new Error('--payload must be JSON');
       }
-      const r = await client.post<{ id: string; duplicate?: boolean }>(`/v1/tenants/${seg(tid)}/events`, { type: o.type, payload, ...(o.id ? { id: o.id } : {}) });
+      const r = await client.post<{ id: string; duplicate?: boolean }>(`/v1/tenants/${seg(tid)}/events`, {
+        type: o.type,
+        payload,
+        ...(o.id ? { id: o.id } : {}),
+      });
       json ? printJson(r) : process.stdout.write(`${r.duplicate ? 'duplicate' : 'accepted'} ${r.id}\n`);
     });
   events
@@ -377,7 +445,9 @@ export function registerOperatorCommands(program: Command): void {
     .action(async (tid: string, o: { endpoint?: string; limit?: number }, cmd: Command) => {
       const { client, json } = ctx(cmd);
       const r = await client.get<{ data: Row[] }>(dlqPath(tid, o.endpoint, o.limit ?? 100));
-      json ? printJson(r) : printTable(r.data, ['eventId', 'endpointId', 'attempts', 'lastError', 'failedAt']);
+      json
+        ? printJson(r)
+        : printTable(r.data, ['eventId', 'endpointId', 'attempts', 'lastError', 'failedAt']);
     });
   dlq
     .command('replay')
@@ -402,20 +472,36 @@ function dlqPath(tid: string, endpoint: string | undefined, limit: number): stri
  * The replay is one request; the bar is driven by polling the DLQ while it runs (entries leave the
  * DLQ as they are handed back to delivery), then set to the count the API reports.
  */
-async function replayWithProgress(client: AdminClient, tid: string, endpoint: string | undefined, show: boolean): Promise<number> {
-  const pending = async () => (await client.get<{ data: unknown[] }>(dlqPath(tid, endpoint, 1000))).data.length;
+async function replayWithProgress(
+  client: AdminClient,
+  tid: string,
+  endpoint: string | undefined,
+  show: boolean,
+): Promise<number> {
+  const pending = async () =>
+    (await client.get<{ data: unknown[] }>(dlqPath(tid, endpoint, 1000))).data.length;
   const total = await pending();
   const bar = show
     ? new cliProgress.SingleBar(
-        { format: 'replaying [{bar}] {value}/{total}', noTTYOutput: true, notTTYSchedule: 250, stream: process.stderr },
+        {
+          format: 'replaying [{bar}] {value}/{total}',
+          noTTYOutput: true,
+          notTTYSchedule: 250,
+          stream: process.stderr,
+        },
         cliProgress.Presets.shades_classic,
       )
     : undefined;
   bar?.start(total, 0);
   let done = false;
-  const request = client.post<{ replayed: number }>(`/v1/tenants/${seg(tid)}/dlq/replay`, endpoint ? { endpointId: endpoint } : {}).finally(() => {
-    done = true;
-  });
+  const request = client
+    .post<{ replayed: number }>(
+      `/v1/tenants/${seg(tid)}/dlq/replay`,
+      endpoint ? { endpointId: endpoint } : {},
+    )
+    .finally(() => {
+      done = true;
+    });
   const poll = (async () => {
     // Bounded: the request itself times out; the poll stops with it.
     while (!done && bar) {

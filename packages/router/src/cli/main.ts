@@ -9,7 +9,9 @@ import { registerOperatorCommands } from './commands.ts';
  * without it still has every other command.
  */
 const edgeUrl = new URL('./edge.ts', import.meta.url);
-const edge: { registerEdgeCommands?: (program: Command) => void } | undefined = existsSync(edgeUrl) ? await import(edgeUrl.href) : undefined;
+const edge: { registerEdgeCommands?: (program: Command) => void } | undefined = existsSync(edgeUrl)
+  ? await import(edgeUrl.href)
+  : undefined;
 
 /** The `spillway` command. Operator subcommands talk to the admin API (SPILLWAY_ADMIN_URL). */
 export function buildProgram(): Command {
@@ -22,8 +24,11 @@ export function buildProgram(): Command {
     .action(async (opts: { role: Role }) => {
       const s = await start(opts.role);
       const host = s.rt.config.host === '0.0.0.0' ? '127.0.0.1' : s.rt.config.host;
-      process.stdout.write(`spillway ${opts.role} running\n  admin:  http://${host}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`);
-      if (s.ingestPort !== undefined) process.stdout.write(`  ingest: http://${host}:${s.ingestPort}/ingest/<sourceId>\n`);
+      process.stdout.write(
+        `spillway ${opts.role} running\n  admin:  http://${host}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
+      );
+      if (s.ingestPort !== undefined)
+        process.stdout.write(`  ingest: http://${host}:${s.ingestPort}/ingest/<sourceId>\n`);
       const stop = (sig: string) => {
         s.rt.logger.info({ sig }, 'shutting down');
         s.close().then(
