@@ -138,7 +138,8 @@ export class Dispatcher {
         );
     } catch (err) {
       if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
-      throw err;
+      // The task must go back on the schedule, never vanish with a rejected promise.
+      return { kind: 'retry', error: `rate_limiter: ${(err as Error).message}` };
     }
 
     const slots = this.#tenantSlots(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
