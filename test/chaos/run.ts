@@ -1,0 +1,58 @@
+/**
+ * `pnpm chaos [--short] [--only kill9,redis,kafka,slowloris] [--seed n]`: breaks Spillway on
+ * purpose and prints one line of figures per scenario. Exits non-zero on any loss (an event
+ * answered 2xx that never reached its endpoint) or any other broken expectation.
+ * Long form by default; `--short` is the CI form (≤ 5 min).
+ */
+import { line, type Outcome } from './lib/outcome.ts';
+import { kafka } from './scenarios/kafka.ts';
+import { kill9 } from './scenarios/kill9.ts';
+import { redis } from './scenarios/redis.ts';
+import { slowloris } from './scenarios/slowloris.ts';
+import type { ScenarioOptions } from './scenarios/types.ts';
+
+export const SCENARIOS: Record<string, (o: ScenarioOptions) => Promise<Outcome>> = { kill9, redis, kafka, slowloris };
+
+export async function runChaos(names: string[], short: boolean, seed: number, log = (m: string) => process.stdout.write(`${m}\n`)) {
+  const outcomes: Outcome[] = [];
+  for (const name of names) {
+    const t0 = Date.now();
+    try {
+      outcomes.push(await SCENARIOS[name]!({ short, seed, log: (m) => log(`  [${name} +${((Date.now() - t0) / 1000).toFixed(0)}s] ${m}`) }));
+    } catch (err) {
+      outcomes.push({
+        scenario: name,
+        sent: 0,
+        accepted: 0,
+        delivered: 0,
+        duplicates: 0,
+        lost: 0,
+        s503: 0,
+        maxRssMiB: 0,
+        extra: {},
+        failures: [`could not run: ${(err as Error).message.split('\n')[0]}`],
+        seconds: (Date.now() - t0) / 1000,
+      });
+    }
+    log(line(outcomes.at(-1)!));
+  }
+  return outcomes;
+}
+
+if (import.meta.main) {
+  const argv = process.argv.slice(2);
+  const short = argv.includes('--short');
+  const oi = argv.indexOf('--only');
+  const names = oi >= 0 ? (argv[oi + 1] ?? '').split(',').filter(Boolean) : Object.keys(SCENARIOS);
+  const si = argv.indexOf('--seed');
+  const seed = si >= 0 ? Number(argv[si + 1]) : Math.floor(Math.random() * 1e9);
+  const bad = names.filter((n) => !SCENARIOS[n]);
+  if (bad.length) {
+    process.stderr.write(`chaos: unknown scenario ${bad.join(', ')}; have ${Object.keys(SCENARIOS).join(', ')}\n`);
+    process.exit(2);
+  }
+  process.stdout.write(`Spillway chaos (${short ? 'short' : 'long'} form, seed ${seed}): ${names.join(', ')}\n`);
+  const outcomes = await runChaos(names, short, seed);
+  process.stdout.write(`\n${outcomes.map(line).join('\n')}\n`);
+  process.exit(outcomes.some((o) => o.lost > 0 || o.failures.length) ? 1 : 0);
+}

@@ -1,0 +1,5 @@
+export interface ScenarioOptions {
+  short: boolean;
+  seed: number;
+  log(msg: string): void;
+}
