@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { createKeys } from '@spillway/shared';
+import { Ajv } from 'ajv';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
@@ -538,5 +539,41 @@ describe('/openapi.json', () => {
     const createTenant = doc.paths['/v1/tenants'].post.requestBody.content['application/json'].schema;
     expect(createTenant.additionalProperties).toBe(false);
     expect(doc.paths['/v1/tenants/{tid}'].get.responses['404']).toBeDefined();
+  });
+
+  it('real responses conform to the documented response schemas', async () => {
+    const doc = (await (await fetch(`${base}/openapi.json`)).json()) as any;
+    const ajv = new Ajv({ strict: false, validateFormats: false, allErrors: true });
+    const check = (path: string, method: string, status: number, body: unknown) => {
+      const schema = doc.paths[path][method].responses[String(status)].content['application/json'].schema;
+      const ok = ajv.validate(schema, body);
+      expect(ok, `${method} ${path} ${status}: ${ajv.errorsText()}`).toBe(true);
+    };
+    const id = tid();
+    const t = await call('POST', '/v1/tenants', { id, limits: { rate: { perSecond: 1, burst: 2 } } });
+    check('/v1/tenants', 'post', 201, t.body);
+    check('/v1/tenants', 'get', 200, (await call('GET', '/v1/tenants')).body);
+    const e = await call('POST', `/v1/tenants/${id}/endpoints`, { url: 'https://example.com/x' });
+    check('/v1/tenants/{tid}/endpoints', 'post', 201, e.body);
+    const src = await call('POST', `/v1/tenants/${id}/sources`, { kind: 'shopify', secret: 'x' });
+    check('/v1/tenants/{tid}/sources', 'post', 201, src.body);
+    check('/v1/tenants/{tid}/sources', 'get', 200, (await call('GET', `/v1/tenants/${id}/sources`)).body);
+    check('/v1/tenants/{tid}/pause', 'post', 200, (await call('POST', `/v1/tenants/${id}/pause`)).body);
+    check(
+      '/v1/tenants/{tid}/endpoints/{eid}/pause',
+      'post',
+      200,
+      (await call('POST', `/v1/tenants/${id}/endpoints/${e.body.id}/pause`)).body,
+    );
+    const stats = await call('GET', `/v1/tenants/${id}/stats?detail=workers`);
+    expect(stats.status).toBe(200);
+    check('/v1/tenants/{tid}/stats', 'get', 200, stats.body);
+    check('/v1/tenants/{tid}/keys', 'post', 201, (await call('POST', `/v1/tenants/${id}/keys`, {})).body);
+    check('/v1/tenants/{tid}/dlq', 'get', 200, (await call('GET', `/v1/tenants/${id}/dlq`)).body);
+    check('/v1/tenants/{tid}', 'get', 404, (await call('GET', `/v1/tenants/${tid()}`)).body);
+    // And a wrong body does not pass: the check itself can fail.
+    expect(
+      ajv.validate(doc.paths['/v1/tenants'].post.responses['201'].content['application/json'].schema, { id }),
+    ).toBe(false);
   });
 });
