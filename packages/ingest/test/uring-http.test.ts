@@ -400,6 +400,21 @@ describe.skipIf(!probe.ok)('uring backend: graceful close', () => {
   });
 });
 
+describe.skipIf(!probe.ok)('uring backend: SO_REUSEPORT', () => {
+  it('two servers share one port when reusePort is set, and not otherwise', async () => {
+    const mk = (reusePort: boolean, port: number) =>
+      createUringServer({ handler: recordingHandler().handler, host: '127.0.0.1', port, reusePort, closeGraceMs: 100 });
+    const a = mk(true, 0);
+    servers.push(a);
+    const { port } = await a.listen();
+    const b = mk(true, port);
+    servers.push(b);
+    await expect(b.listen()).resolves.toEqual({ port });
+    const c = mk(false, port);
+    await expect(c.listen()).rejects.toMatchObject({ code: 'SPW_ERR_URING', errno: 98 });
+  });
+});
+
 describe('uring backend: probe', () => {
   beforeAll(() => undefined);
   it('reports ok or a reason naming what failed', () => {

@@ -82,6 +82,15 @@ function encodeResponse(res: IngestResponse, close: boolean): Buffer {
   return Buffer.concat([Buffer.from(`${head}\r\n`, 'latin1'), Buffer.from(body, 'utf8')]);
 }
 
+/** Abort is cleanup; a throwing sink must not take the batch (and the other requests in it) down. */
+function safeAbort(sink: BodySink, reason: string): void {
+  try {
+    sink.abort(reason);
+  } catch {
+    // nothing left to answer: the request is already finished from the client's point of view
+  }
+}
+
 function wantsClose(headers: Record<string, string>): boolean {
   const c = headers['connection'];
   return c !== undefined && /(^|,)\s*close\s*(,|$)/i.test(c);
@@ -189,13 +198,13 @@ class UringServer implements UringIngestServer {
           if (!req) break;
           req.done = true;
           this.#reqs.delete(req.id);
-          req.sink?.abort(ev[2]);
+          if (req.sink) safeAbort(req.sink, ev[2]);
           break;
         }
         case EV_CLOSED: {
           for (const req of this.#reqs.values()) {
             req.done = true;
-            req.sink?.abort('server closed');
+            if (req.sink) safeAbort(req.sink, 'server closed');
           }
           this.#reqs.clear();
           this.#resolveClosed?.();
@@ -224,7 +233,7 @@ class UringServer implements UringIngestServer {
     }
     const sink = d.accept;
     if (req.done) {
-      sink.abort('client closed');
+      safeAbort(sink, 'client closed');
       return;
     }
     if (req.head.contentLength !== undefined && req.head.contentLength > sink.maxBodyBytes) {
@@ -257,14 +266,14 @@ class UringServer implements UringIngestServer {
       sink.write(chunk);
       return true;
     } catch (err) {
-      sink.abort('sink write failed');
+      safeAbort(sink, 'sink write failed');
       this.#fail(req, err);
       return false;
     }
   }
 
   #tooLarge(req: Req, sink: BodySink): void {
-    sink.abort('body too large');
+    safeAbort(sink, 'body too large');
     this.#respond(req, {
       status: 413,
       body: { error: { code: 'payload_too_large', message: `body exceeds ${sink.maxBodyBytes} bytes` } },
