@@ -26,8 +26,10 @@
 #include "http_parser.h"
 
 #define BGID 7
-#define DRAIN_MAX_BYTES (256u * 1024u)
-#define DRAIN_FIN_WAIT_MS 1000
+/* Enough for a client that keeps streaming until it has parsed our answer (then it stops):
+ * closing earlier turns the unread bytes into a RST that can destroy the answer before it is read. */
+#define DRAIN_MAX_BYTES (16u * 1024u * 1024u)
+#define DRAIN_FIN_WAIT_MS 2000
 #define DRAIN_MAX_MS 10000
 #define TICK_MS 100
 
@@ -850,6 +852,9 @@ static int setup_ring(spw_server *s) {
   size_t ring_bytes = (size_t)s->cfg.buf_count * sizeof(struct io_uring_buf);
   if (posix_memalign((void **)&s->br, 4096, ring_bytes) != 0) return -ENOMEM;
   if (posix_memalign((void **)&s->bufs, 4096, (size_t)s->cfg.buf_count * s->cfg.buf_size) != 0) return -ENOMEM;
+  /* Fault the whole pool in now: the ring cycles through every buffer, so untouched pages would
+   * otherwise show up as RSS growth under the first large burst instead of a fixed cost at start. */
+  memset(s->bufs, 0, (size_t)s->cfg.buf_count * s->cfg.buf_size);
   io_uring_buf_ring_init(s->br);
   struct io_uring_buf_reg reg;
   memset(&reg, 0, sizeof reg);
