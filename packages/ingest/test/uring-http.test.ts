@@ -191,8 +191,8 @@ const MALFORMED: [name: string, raw: string, status: number][] = [
   ['HTTP/2.0 request line', `POST /a HTTP/2.0\r\n${H}Content-Length: 0\r\n\r\n`, 505],
   ['too many header fields', `POST /a HTTP/1.1\r\n${H}${many(70)}Content-Length: 0\r\n\r\n`, 431],
   ['head larger than the limit', `POST /a HTTP/1.1\r\n${H}X-Big: ${'a'.repeat(20_000)}\r\nContent-Length: 0\r\n\r\n`, 431],
-  ['GET', `GET /a HTTP/1.1\r\n${H}\r\n`, 405],
-  ['DELETE', `DELETE /a HTTP/1.1\r\n${H}Content-Length: 0\r\n\r\n`, 405],
+  ['GET with a body', `GET /a HTTP/1.1\r\n${H}Content-Length: 5\r\n\r\nhello`, 405],
+  ['DELETE with a chunked body', `DELETE /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 405],
   ['Content-Length over the global cap', `POST /a HTTP/1.1\r\n${H}Content-Length: 1001\r\n\r\n`, 413],
 ];
 
@@ -290,6 +290,23 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
     expect(parseResponses(data).map((r) => r.status)).toEqual([202, 400]);
     expect(closed).toBe(true);
     expect(seen.map((s) => s.head.url)).toEqual(['/1']);
+  });
+
+  it('a body-less request with another method gets 405 and the connection stays usable', async () => {
+    const { port, seen } = await start();
+    const sock = connect(port, '127.0.0.1');
+    sockets.push(sock);
+    await new Promise<void>((r) => sock.once('connect', () => r()));
+    const got = readResponses(sock, 3);
+    sock.write(`GET /a HTTP/1.1\r\n${H}\r\nPOST /b HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nbHEAD /c HTTP/1.1\r\n${H}\r\n`);
+    const res = await got;
+    expect(res.map((r) => [r.status, r.headers['allow'], r.headers['connection']])).toEqual([
+      [405, 'POST', undefined],
+      [202, undefined, undefined],
+      [405, 'POST', undefined],
+    ]);
+    expect(seen.map((s) => s.head.url)).toEqual(['/b']);
+    expect(sock.destroyed).toBe(false);
   });
 
   it('honours Connection: close and HTTP/1.0 without keep-alive', async () => {

@@ -313,18 +313,23 @@ static const char *api_code(int status) {
   }
 }
 
-/* Native answers always close: after a framing error nothing that follows can be trusted. */
-static void reply_error(spw_server *s, spw_conn *c, int status, const char *why) {
-  abort_request(s, c, why);
+static void queue_error(spw_server *s, spw_conn *c, int status, const char *why, int close_conn) {
   char body[256];
   int bl = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}", api_code(status),
                     why ? why : reason_phrase(status));
   char head[256];
   int hl = snprintf(head, sizeof head,
-                    "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n",
-                    status, reason_phrase(status), bl, status == 405 ? "allow: POST\r\n" : "");
+                    "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s%s\r\n",
+                    status, reason_phrase(status), bl, status == 405 ? "allow: POST\r\n" : "",
+                    close_conn ? "connection: close\r\n" : "");
   queue_out(s, c, head, (size_t)hl);
   queue_out(s, c, body, (size_t)bl);
+}
+
+/* Native error answers close: after a framing error nothing that follows can be trusted. */
+static void reply_error(spw_server *s, spw_conn *c, int status, const char *why) {
+  abort_request(s, c, why);
+  queue_error(s, c, status, why, 1);
   c->responded = 1;
   c->close_after_send = 1;
   c->state = C_DRAIN;
@@ -383,8 +388,17 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
         return len;
       }
       if (s->cfg.post_only && !(h->method.len == 4 && memcmp(h->method.p, "POST", 4) == 0)) {
-        reply_error(s, c, 405, "only POST is accepted");
-        return len;
+        if (h->chunked || h->content_length > 0 || !h->keep_alive || s->closing) {
+          reply_error(s, c, 405, "only POST is accepted");
+          return len;
+        }
+        /* Framing is sound and there is no body to skip: the connection stays usable. */
+        queue_error(s, c, 405, "only POST is accepted", 0);
+        memset(&c->scan, 0, sizeof c->scan);
+        c->head_started = 0;
+        c->since_ms = now_ms();
+        off += head_len;
+        continue;
       }
       uint64_t cap = route_cap(s, h->target);
       if (h->content_length > 0 && (uint64_t)h->content_length > cap) {
