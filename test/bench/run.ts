@@ -4,20 +4,12 @@
  * results.svg and README.md (targets next to the last result, with the machine and versions).
  */
 import { fileURLToPath } from 'node:url';
-import { backlog } from './benchmarks/backlog.ts';
-import { fanout } from './benchmarks/fanout.ts';
-import { ingest } from './benchmarks/ingest.ts';
-import { limiter } from './benchmarks/limiter.ts';
-import { noisy } from './benchmarks/noisy.ts';
-import type { Benchmark } from './benchmarks/types.ts';
 import { machineInfo } from './lib/machine.ts';
 import { type BenchResult, printResult, type ResultsFile, readResults, writeAll } from './lib/report.ts';
 import { REDIS_URL } from './lib/spillway.ts';
+import { ALL, INTRO, OUT_DIR } from './specs.ts';
 
-const ALL: Benchmark[] = [ingest, fanout, noisy, backlog, limiter];
-const OUT = fileURLToPath(new URL('../../docs/benchmarks', import.meta.url));
-
-const INTRO = `Run all of them with \`pnpm bench\` (about 10–14 min; \`pnpm bench --quick\` in about 3 min, \`--only ingest,limiter\` for some). Every number comes from one run on one machine, with the peers measured in that same run; ratios are what carry over to other machines. The machine is shared (2 cores, other builds and tests were running during development), so absolute numbers are noisy. Needs wrk and nginx (Debian \`wrk\`, \`nginx-light\`), the project Redis (AOF everysec, \`infra/local/redis.sh\`) and Kafka (\`infra/local/kafka.sh\`).`;
+const OUT = fileURLToPath(OUT_DIR);
 
 function parseArgs(argv: string[]) {
   const quick = argv.includes('--quick');

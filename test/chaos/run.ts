@@ -4,6 +4,10 @@
  * answered 2xx that never reached its endpoint) or any other broken expectation.
  * Long form by default; `--short` is the CI form (≤ 5 min).
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { type ChaosFile, readResults, writeReadme } from '../bench/lib/report.ts';
+import { ALL, INTRO, OUT_DIR } from '../bench/specs.ts';
 import { line, type Outcome } from './lib/outcome.ts';
 import { kafka } from './scenarios/kafka.ts';
 import { kill9 } from './scenarios/kill9.ts';
@@ -54,5 +58,17 @@ if (import.meta.main) {
   process.stdout.write(`Spillway chaos (${short ? 'short' : 'long'} form, seed ${seed}): ${names.join(', ')}\n`);
   const outcomes = await runChaos(names, short, seed);
   process.stdout.write(`\n${outcomes.map(line).join('\n')}\n`);
+  // The figures the closing note quotes: docs/benchmarks/chaos.json, and the README re-rendered.
+  const dir = fileURLToPath(OUT_DIR);
+  mkdirSync(dir, { recursive: true });
+  const file: ChaosFile = {
+    generatedAt: new Date().toISOString(),
+    command: `pnpm chaos${argv.length ? ` ${argv.join(' ')}` : ''}`,
+    form: short ? 'short' : 'long',
+    seed,
+    lines: outcomes.map(line),
+  };
+  writeFileSync(`${dir}/chaos.json`, `${JSON.stringify(file, null, 2)}\n`);
+  writeReadme(dir, readResults(`${dir}/results.json`), ALL, INTRO);
   process.exit(outcomes.some((o) => o.lost > 0 || o.failures.length) ? 1 : 0);
 }

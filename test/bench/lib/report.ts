@@ -155,7 +155,23 @@ export function readResults(path: string): ResultsFile | undefined {
   }
 }
 
-export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string): string {
+/** What `pnpm chaos` leaves in docs/benchmarks/chaos.json for the README. */
+export interface ChaosFile {
+  generatedAt: string;
+  command: string;
+  form: 'short' | 'long';
+  seed: number;
+  lines: string[];
+}
+
+export const CHAOS_TEXT = `\`pnpm chaos\` runs the long form (about 8 min), \`pnpm chaos --short\` the CI form (about 3 min; also \`test/chaos/chaos-short.test.ts\`), \`--only kill9,redis,kafka,slowloris\`, \`--seed n\` to replay the kill order. Each scenario runs real \`spillway start --role …\` processes, a node:http sink on loopback that records every \`webhook-id\`, and a load generator posting GitHub-signed events (no client retries: only 2xx answers count as accepted). A run fails on any loss (accepted but never delivered), on a process that dies or does not recover, and (long form only) on the slow-loris timing/memory expectations.
+
+- **kill9**: two ingest processes sharing one port (SO_REUSEPORT), two workers, one admin; 20 rounds (short: 6) of \`kill -9\` of a random one at a random moment under 200 events/s (short: 100), each restarted as a supervisor would.
+- **redis**: a Redis of the run's own (AOF everysec) stopped with SHUTDOWN for 10 s under load, then started on the same AOF: ingest must answer 503 meanwhile, /readyz 200 afterwards, nothing accepted lost, no process restarted.
+- **kafka**: a Kafka broker of the run's own (separate state dir and ports) stopped for ≥ 10 s and started while a paused tenant's tasks are spilled and more arrive; then the tenant is resumed and everything must arrive.
+- **slowloris**: 500 connections trickling one header line per second plus bursts of 20 declared 8 MiB and 10 chunked 4 MiB bodies (source cap 1 MiB) while 100 events/s of real traffic flow; real traffic's p99 within 2× of its p99 without the attack, ingest RSS within its baseline + body budget (64 MiB) + 64 MiB.`;
+
+export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string, chaos?: ChaosFile): string {
   const m = file.machine;
   const lines = [
     '# Spillway benchmarks',
@@ -191,6 +207,9 @@ export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string)
       '',
     );
   }
+  lines.push('## Chaos', '', CHAOS_TEXT, '');
+  if (chaos) lines.push(`**Last run** (${chaos.generatedAt}, \`${chaos.command}\`, ${chaos.form} form, seed ${chaos.seed}):`, '', '```', ...chaos.lines, '```', '');
+  else lines.push('**Last run:** not run yet.', '');
   return `${lines.join('\n')}\n`;
 }
 
@@ -198,5 +217,20 @@ export function writeAll(dir: string, file: ResultsFile, specs: BenchSpec[], int
   mkdirSync(dir, { recursive: true });
   writeFileSync(`${dir}/results.json`, `${JSON.stringify(file, null, 2)}\n`);
   writeFileSync(`${dir}/results.svg`, svgChart(file, specs.map((s) => s.name)));
-  writeFileSync(`${dir}/README.md`, readmeText(file, specs, intro));
+  writeReadme(dir, file, specs, intro);
+}
+
+/** Re-renders README.md from results.json and chaos.json (either may be missing). */
+export function writeReadme(dir: string, file: ResultsFile | undefined, specs: BenchSpec[], intro: string): void {
+  let chaos: ChaosFile | undefined;
+  try {
+    chaos = JSON.parse(readFileSync(`${dir}/chaos.json`, 'utf8')) as ChaosFile;
+  } catch {}
+  const empty: ResultsFile = {
+    generatedAt: 'never',
+    command: 'pnpm bench',
+    machine: { cpuModel: '?', cores: 0, memTotalMiB: 0, memFreeMiB: 0, kernel: '?', node: '?', loadAvg1m: 0, versions: {} },
+    results: {},
+  };
+  writeFileSync(`${dir}/README.md`, readmeText(file ?? empty, specs, intro, chaos));
 }
