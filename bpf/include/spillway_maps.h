@@ -47,52 +47,8 @@ struct {
 } spw_verdicts SEC(".maps");
 #endif
 
-#ifdef SPW_PROG_STEER
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct spw_steer_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} spw_steer_config SEC(".maps");
-
-/* Listening sockets of the SO_REUSEPORT group, index = worker slot. A SOCKMAP rather than a
- * REUSEPORT_SOCKARRAY because the program must look sockets up to read their accept queue. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SOCKMAP);
-	__uint(max_entries, SPW_MAX_WORKERS);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} spw_workers SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SPW_S_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} spw_steer_stats SEC(".maps");
-
-/* New connections steered to each worker slot. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SPW_MAX_WORKERS);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} spw_steer_picks SEC(".maps");
-#endif
-
-#ifdef SPW_PROG_TRACE
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct spw_trace_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} spw_trace_config SEC(".maps");
-
+#if defined(SPW_PROG_XDP) || defined(SPW_PROG_TRACE)
+/* Shared by the XDP program and the tracer: same pin names, so both objects use one map. */
 /* Drops of packets to the ingest port, indexed by enum skb_drop_reason (names are read from the
  * running kernel's tracepoint format by the loader: the enum is not a stable ABI). */
 struct {
@@ -124,9 +80,64 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct spw_flow);
-	__type(value, __u64);
+	__type(value, struct spw_syn_seen);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } spw_syn_seen SEC(".maps");
+#endif
+
+#ifdef SPW_PROG_STEER
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct spw_steer_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} spw_steer_config SEC(".maps");
+
+/* Listening sockets of the SO_REUSEPORT group, index = worker slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_REUSEPORT_SOCKARRAY);
+	__uint(max_entries, SPW_MAX_WORKERS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} spw_workers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SPW_MAX_WORKERS);
+	__type(key, __u32);
+	__type(value, struct spw_worker_load);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} spw_worker_load SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SPW_S_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} spw_steer_stats SEC(".maps");
+
+/* New connections steered to each worker slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SPW_MAX_WORKERS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} spw_steer_picks SEC(".maps");
+#endif
+
+#ifdef SPW_PROG_TRACE
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct spw_trace_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} spw_trace_config SEC(".maps");
+
 #endif
 
 #endif

@@ -64,6 +64,12 @@ struct spw_config {
 	__u32 allow_count[2]; /* entries per generation (both families) */
 	__u32 block_count[2];
 	__u64 loaded_at_ns[2]; /* CLOCK_REALTIME ns when the generation was activated */
+	/* Drop tracer hooks in XDP (set by `attach` unless --no-trace): for each SYN to the ingest
+	 * port, look up its listener and apply the kernel's own accept-queue test, and track SYN
+	 * retransmissions. Needed because the kernel frees refused SYNs with consume_skb (no reason
+	 * on skb:kfree_skb) and kprobes/fentry are not available everywhere. */
+	__u32 trace_syn;
+	__u32 listen_overflow_reason; /* enum skb_drop_reason value of TCP_LISTEN_OVERFLOW */
 };
 
 /* --- SK_REUSEPORT steering ------------------------------------------------------------------ */
@@ -75,6 +81,16 @@ struct spw_steer_config {
 	__u32 busy_pct;       /* skip a worker whose accept queue is >= busy_pct % of its backlog */
 	__u32 enabled;        /* 0: always fall back to the kernel hash */
 	__u32 pad;
+	__u64 stale_ns;       /* load entries older than this are not trusted */
+};
+
+/* Accept-queue depth of each worker's listener, published by the loader's steering daemon
+ * (TCP_INFO on the listening socket: tcpi_unacked/tcpi_sacked). Entries older than
+ * stale_ns are ignored, so a dead publisher degrades to the kernel hash, not to bad steering. */
+struct spw_worker_load {
+	__u32 qlen;
+	__u32 qmax;
+	__u64 updated_ns; /* CLOCK_MONOTONIC, same clock as bpf_ktime_get_ns */
 };
 
 enum spw_steer_stat {
@@ -83,7 +99,8 @@ enum spw_steer_stat {
 	SPW_S_FALLBACK_ALL_BUSY = 2,/* every worker busy: kernel hash */
 	SPW_S_FALLBACK_EMPTY = 3,   /* no worker registered / disabled: kernel hash */
 	SPW_S_SELECT_ERROR = 4,     /* bpf_sk_select_reuseport failed: kernel hash */
-	SPW_S_MAX = 5,
+	SPW_S_FALLBACK_STALE = 5,   /* load data too old (publisher gone): kernel hash */
+	SPW_S_MAX = 6,
 };
 
 /* --- drop tracer ---------------------------------------------------------------------------- */
@@ -100,6 +117,12 @@ struct spw_trace_config {
  * ms (bucket 0: < 1 ms). Prometheus buckets are derived from these upper bounds. */
 #define SPW_GAP_BUCKETS 20
 
+struct spw_syn_seen {
+	__u64 first_ns; /* first SYN of this attempt */
+	__u32 seq;      /* its ISN: a retransmission carries the same one */
+	__u32 retries;
+};
+
 struct spw_flow {
 	__u8 family; /* 4 or 6 */
 	__u8 pad;
@@ -108,9 +131,9 @@ struct spw_flow {
 };
 
 enum spw_trace_stat {
-	SPW_T_LISTEN_OVERFLOW_SYN = 0, /* SYN refused: accept queue full (tcp_conn_request) */
-	SPW_T_LISTEN_OVERFLOW_ACK = 1, /* final ACK refused: accept queue full (syn_recv_sock) */
-	SPW_T_SYN_DROPS = 2,           /* SYNs to the ingest port freed with a drop reason */
+	SPW_T_LISTEN_OVERFLOW_SYN = 0, /* SYN meeting a full accept queue (XDP, kernel's test) */
+	SPW_T_LISTEN_OVERFLOW_ACK = 1, /* skb:kfree_skb with reason TCP_LISTEN_OVERFLOW */
+	SPW_T_SYN_DROPS = 2,           /* SYN retransmissions seen (each one = a refused SYN) */
 	SPW_T_GAP_SUM_MS = 3,          /* sum of observed SYN-retry gaps (ms) */
 	SPW_T_GAP_COUNT = 4,
 	SPW_T_MAX = 5,

@@ -10,9 +10,19 @@
 #include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #define SPW_PROG_XDP
 #include "spillway_maps.h"
+
+/* CO-RE view of the two struct sock fields the listen-overflow test reads ("___spw" is a libbpf
+ * flavour suffix: it relocates against the kernel's struct sock). */
+struct sock___spw {
+	__u32 sk_ack_backlog;
+	__u32 sk_max_ack_backlog;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1FFF
@@ -27,6 +37,64 @@ static __always_inline int count(__u32 v)
 	if (c)
 		*c += 1;
 	return XDP_PASS;
+}
+
+static __always_inline void inc(void *map, __u32 key, __u64 by)
+{
+	__u64 *c = bpf_map_lookup_elem(map, &key);
+	if (c)
+		*c += by;
+}
+
+static __always_inline __u32 log2_bucket(__u64 ms)
+{
+	__u32 b = 0;
+#pragma unroll
+	for (int i = 0; i < SPW_GAP_BUCKETS - 1; i++)
+		if (ms >= (1ull << i))
+			b = i + 1;
+	return b;
+}
+
+/* Drop-tracer work for a SYN that the stack is about to see (it passed the allowlist):
+ *  1. listen overflow: find its listener and apply the kernel's sk_acceptq_is_full() test. The
+ *     stack will refuse this SYN and free it with consume_skb, which no tracepoint names.
+ *  2. SYN-retry gap: a SYN with the ISN of an attempt already seen is a retransmission; the time
+ *     since that attempt's first SYN is the wait the sender sees (≈1 s, 3 s, 7 s ...). */
+static __always_inline void trace_syn(struct xdp_md *ctx, struct spw_config *cfg,
+				      struct bpf_sock_tuple *tuple, __u32 tuple_len,
+				      struct spw_flow *flow, struct tcphdr *tcp)
+{
+	struct bpf_sock *sk;
+	struct spw_syn_seen *seen, fresh = {};
+	__u64 now = bpf_ktime_get_ns();
+	__u32 seq = bpf_ntohl(tcp->seq);
+
+	sk = bpf_skc_lookup_tcp(ctx, tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		if (sk->state == 10 /* TCP_LISTEN */) {
+			struct sock___spw *s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock___spw));
+			if (s->sk_ack_backlog > s->sk_max_ack_backlog) {
+				inc(&spw_trace_stats, SPW_T_LISTEN_OVERFLOW_SYN, 1);
+				inc(&spw_drop_reasons, cfg->listen_overflow_reason & (SPW_MAX_REASONS - 1), 1);
+			}
+		}
+		bpf_sk_release(sk);
+	}
+
+	seen = bpf_map_lookup_elem(&spw_syn_seen, flow);
+	if (seen && seen->seq == seq) {
+		__u64 ms = (now - seen->first_ns) / 1000000;
+		seen->retries++;
+		inc(&spw_trace_stats, SPW_T_SYN_DROPS, 1);
+		inc(&spw_gap_hist, log2_bucket(ms), 1);
+		inc(&spw_trace_stats, SPW_T_GAP_SUM_MS, ms);
+		inc(&spw_trace_stats, SPW_T_GAP_COUNT, 1);
+		return;
+	}
+	fresh.first_ns = now;
+	fresh.seq = seq;
+	bpf_map_update_elem(&spw_syn_seen, flow, &fresh, BPF_ANY);
 }
 
 /* Returns XDP_PASS or XDP_DROP for a judged packet, counting the verdict. */
@@ -73,7 +141,7 @@ int spw_xdp_allow(struct xdp_md *ctx)
 		struct iphdr *ip = (void *)(eth + 1);
 		struct spw_lpm4_key k = {};
 		__u32 ihl;
-		int allowed, blocked;
+		int allowed, blocked, verdict;
 
 		if ((void *)(ip + 1) > data_end)
 			return count(SPW_V_MALFORMED);
@@ -99,7 +167,18 @@ int spw_xdp_allow(struct xdp_md *ctx)
 		allowed = bpf_map_lookup_elem(&spw_lpm4, &k) != NULL;
 		k.list = SPW_LIST_BLOCK;
 		blocked = bpf_map_lookup_elem(&spw_lpm4, &k) != NULL;
-		return judge(cfg, allowed, blocked);
+		verdict = judge(cfg, allowed, blocked);
+		if (verdict == XDP_PASS && cfg->trace_syn && tcp->syn && !tcp->ack) {
+			struct bpf_sock_tuple t = {};
+			struct spw_flow fl = {.family = 4, .sport = tcp->source};
+			t.ipv4.saddr = ip->saddr;
+			t.ipv4.daddr = ip->daddr;
+			t.ipv4.sport = tcp->source;
+			t.ipv4.dport = tcp->dest;
+			__builtin_memcpy(fl.saddr, &ip->saddr, 4);
+			trace_syn(ctx, cfg, &t, sizeof(t.ipv4), &fl, tcp);
+		}
+		return verdict;
 	}
 
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
@@ -107,7 +186,7 @@ int spw_xdp_allow(struct xdp_md *ctx)
 		struct spw_lpm6_key k = {};
 		void *l4;
 		__u8 nexthdr;
-		int allowed, blocked;
+		int allowed, blocked, verdict;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return count(SPW_V_MALFORMED);
@@ -151,7 +230,18 @@ int spw_xdp_allow(struct xdp_md *ctx)
 		allowed = bpf_map_lookup_elem(&spw_lpm6, &k) != NULL;
 		k.list = SPW_LIST_BLOCK;
 		blocked = bpf_map_lookup_elem(&spw_lpm6, &k) != NULL;
-		return judge(cfg, allowed, blocked);
+		verdict = judge(cfg, allowed, blocked);
+		if (verdict == XDP_PASS && cfg->trace_syn && tcp->syn && !tcp->ack) {
+			struct bpf_sock_tuple t = {};
+			struct spw_flow fl = {.family = 6, .sport = tcp->source};
+			__builtin_memcpy(t.ipv6.saddr, &ip6->saddr, 16);
+			__builtin_memcpy(t.ipv6.daddr, &ip6->daddr, 16);
+			t.ipv6.sport = tcp->source;
+			t.ipv6.dport = tcp->dest;
+			__builtin_memcpy(fl.saddr, &ip6->saddr, 16);
+			trace_syn(ctx, cfg, &t, sizeof(t.ipv6), &fl, tcp);
+		}
+		return verdict;
 	}
 
 	return count(SPW_V_NOT_JUDGED);
