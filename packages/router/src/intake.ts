@@ -3,6 +3,7 @@ import { errors, type Intake, type Keys, type Logger, type RedisClient, type Spi
 import { Queue } from 'bullmq';
 import { type RouterCommands, withCommands } from './commands/index.ts';
 import { eventToWire, type WireEvent } from './fanout.ts';
+import { RECORD_TTL_S } from './records.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
 export interface IntakeJobData {
@@ -146,12 +147,19 @@ export class DurableIntake implements Intake {
       return;
     }
     if (reserved.length === 0) return;
-    // Durable: answer now; promote the markers to the full window in the background. If that
-    // fails, the worker promotes them when it processes the job (it always does).
-    for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
+    // Durable. Before answering, promote the markers to the full window and write each event's
+    // record, so a GET right after the 202 finds the event (its deliveries appear at fan-out).
+    // Neither write owns anything: if they fail the answer is still 202, and the worker promotes
+    // the markers and writes the record when it processes the job.
     const pipe = this.#redis.pipeline();
-    for (const p of reserved) pipe.set(p.key, DONE, 'PX', this.#windowMs);
-    pipe.exec().catch((err) => this.#logger.warn({ err: (err as Error).message }, 'dedup promote failed; worker will promote'));
+    for (const p of reserved) {
+      pipe.set(p.key, DONE, 'PX', this.#windowMs);
+      const rec = this.#keys.event(p.event.tenantId, p.event.id);
+      pipe.hsetnx(rec, 'meta', JSON.stringify({ id: p.event.id, type: p.event.type, receivedAt: p.event.receivedAt }));
+      pipe.expire(rec, RECORD_TTL_S);
+    }
+    await pipe.exec().catch((err) => this.#logger.warn({ err: (err as Error).message }, 'dedup promote failed; worker will promote'));
+    for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
   }
 
   /** Another process holds a pending marker for this id: wait for it to become done (duplicate) or give up with 503. */

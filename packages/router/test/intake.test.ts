@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createIntake, createRuntime, type Runtime } from '../src/index.ts';
 import { testConfig } from '../../../test/helpers/env.ts';
 import { makeEvent, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
+import { readEvent } from '../src/records.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -29,6 +30,20 @@ describe('durable intake', () => {
     const results = await Promise.all(Array.from({ length: 50 }, (_, i) => intake.submit(makeEvent('acme', `e${i}`))));
     expect(results.every((r) => r.duplicate === false)).toBe(true);
     expect(await jobsIn(rt)).toEqual({ count: 1, events: 50 });
+  });
+
+  it('an accepted event is readable at once (GET right after the 202 finds it, deliveries pending fan-out)', async () => {
+    const rt = routerRuntime();
+    const intake = createIntake(rt);
+    cleanup.push(async () => {
+      await intake.close();
+      await rt.close();
+    });
+    const ev = makeEvent('acme', 'readable');
+    expect(await readEvent(rt.redis, rt.keys, 'acme', 'readable')).toBeUndefined();
+    await intake.submit(ev);
+    const view = await readEvent(rt.redis, rt.keys, 'acme', 'readable');
+    expect(view).toMatchObject({ id: 'readable', type: ev.type, receivedAt: new Date(ev.receivedAt).toISOString(), deliveries: [] });
   });
 
   it('two concurrent submits of one id: exactly one accepted and one duplicate; later ones are duplicates too', async () => {
