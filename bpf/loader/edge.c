@@ -431,6 +431,10 @@ static void load_reason_names(void)
 	static int loaded;
 	if (loaded++)
 		return;
+	/* `ip netns exec` remounts /sys without tracefs: mount it (best effort) */
+	if (access("/sys/kernel/tracing/events", F_OK) != 0 &&
+	    access("/sys/kernel/debug/tracing/events", F_OK) != 0)
+		mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, NULL);
 	const char *paths[] = {"/sys/kernel/tracing/events/skb/kfree_skb/format",
 			       "/sys/kernel/debug/tracing/events/skb/kfree_skb/format"};
 	for (int i = 0; i < 2; i++) {
