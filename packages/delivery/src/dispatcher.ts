@@ -26,12 +26,25 @@ export interface DeliveryTask {
  * - `fail`: permanent, no more attempts: `target_forbidden` (SSRF guard), `gone` (HTTP 410: the
  *   router disables the endpoint), `invalid_url`.
  * - `deferred`: no request was made because the endpoint's breaker is open; no slot was held.
+ * - `withdrawn`: the caller withdrew the task (DispatchOptions.signal) before a request was made.
  */
 export type AttemptOutcome =
   | { kind: 'delivered'; status: number; durationMs: number }
   | { kind: 'retry'; status?: number; error: string; retryAfterMs?: number }
   | { kind: 'fail'; status?: number; error: string }
-  | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number };
+  | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number }
+  | { kind: 'withdrawn' };
+
+/** Per-call options of Dispatcher#dispatch. */
+export interface DispatchOptions {
+  /**
+   * Withdraws the task while it still waits (for rate tokens or a concurrency slot): dispatch then
+   * resolves `{kind:'withdrawn'}` and no request is made. Once the request is on its way the signal
+   * is ignored — the attempt runs to its outcome. The router uses this to spill the waiting tasks of
+   * a tenant that was just paused.
+   */
+  signal?: AbortSignal;
+}
 
 export interface DispatcherOptions {
   redis: RedisClient;
@@ -95,8 +108,8 @@ export class Dispatcher {
     this.#maxResponseBytes = opts.maxResponseBytes ?? 64 * 1024;
   }
 
-  async dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome> {
-    const outcome = await this.#dispatch(task, tenant, endpoint);
+  async dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint, opts: DispatchOptions = {}): Promise<AttemptOutcome> {
+    const outcome = await this.#dispatch(task, tenant, endpoint, opts.signal);
     attemptsTotal.inc({ outcome: outcome.kind });
     if (outcome.kind !== 'delivered') {
       this.#logger.debug(
@@ -113,7 +126,13 @@ export class Dispatcher {
     return outcome;
   }
 
-  async #dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome> {
+  async #dispatch(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    withdraw: AbortSignal | undefined,
+  ): Promise<AttemptOutcome> {
+    if (withdraw?.aborted) return { kind: 'withdrawn' };
     let url: URL;
     try {
       url = new URL(endpoint.url);
@@ -127,54 +146,69 @@ export class Dispatcher {
     if (!pre.ok) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: pre.retryAfterMs };
 
     const signal = this.#closing.signal;
+    const waiting = withdraw ? AbortSignal.any([signal, withdraw]) : signal;
     try {
       if (tenant.limits.rate)
-        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
+        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, waiting);
       if (endpoint.rate)
         await this.#limiter.acquire(
           this.#keys.rate(task.tenantId, `ep:${task.endpointId}`),
           endpoint.rate,
-          signal,
+          waiting,
         );
     } catch (err) {
+      if (withdraw?.aborted) return { kind: 'withdrawn' };
       if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
       // The task must go back on the schedule, never vanish with a rejected promise.
       return { kind: 'retry', error: `rate_limiter: ${(err as Error).message}` };
     }
 
     const slots = this.#tenantSlots(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
-    return slots.limit(async () => {
-      if (signal.aborted) return { kind: 'retry', error: 'shutdown' } as AttemptOutcome;
-      const entry = this.#breakers.get(task.tenantId, task.endpointId, endpoint.timeoutMs);
-      const b = entry.breaker;
-      if (!b.closed && !b.pendingClose)
-        return {
-          kind: 'deferred',
-          reason: 'breaker_open',
-          retryAfterMs: this.#breakers.retryAfter(entry),
-        } as AttemptOutcome;
-      slots.open++;
-      inFlightGauge.inc({ tenant: task.tenantId });
-      try {
-        return (await b.fire((breakerSignal) =>
-          this.#attempt(task, endpoint, url, tenant, breakerSignal),
-        )) as AttemptOutcome;
-      } catch (err) {
-        if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
-        const code = (err as { code?: string }).code;
-        if (code === 'EOPENBREAKER')
-          return {
-            kind: 'deferred',
-            reason: 'breaker_open',
-            retryAfterMs: this.#breakers.retryAfter(entry),
-          } as AttemptOutcome;
-        if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' } as AttemptOutcome;
-        return { kind: 'retry', error: `connect_error: ${(err as Error).message}` } as AttemptOutcome;
-      } finally {
-        slots.open--;
-        inFlightGauge.dec({ tenant: task.tenantId });
-      }
+    if (!withdraw) return slots.limit(() => this.#inSlot(task, tenant, endpoint, url, slots));
+    // A withdrawn task leaves the slot queue at once (p-limit cannot remove a queued call, so the
+    // call, when its turn comes, returns immediately and frees the slot for the next one).
+    return new Promise<AttemptOutcome>((resolve) => {
+      let state: 'waiting' | 'withdrawn' | 'running' = 'waiting';
+      const onWithdraw = () => {
+        if (state !== 'waiting') return;
+        state = 'withdrawn';
+        resolve({ kind: 'withdrawn' });
+      };
+      withdraw.addEventListener('abort', onWithdraw, { once: true });
+      void slots
+        .limit(async () => {
+          if (state !== 'waiting') return undefined;
+          state = 'running';
+          withdraw.removeEventListener('abort', onWithdraw);
+          return this.#inSlot(task, tenant, endpoint, url, slots);
+        })
+        .then((out) => out && resolve(out));
     });
+  }
+
+  /** Holding one of the tenant's slots: breaker, then the request. */
+  async #inSlot(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint, url: URL, slots: TenantSlots): Promise<AttemptOutcome> {
+    const signal = this.#closing.signal;
+    if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
+    const entry = this.#breakers.get(task.tenantId, task.endpointId, endpoint.timeoutMs);
+    const b = entry.breaker;
+    if (!b.closed && !b.pendingClose)
+      return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
+    slots.open++;
+    inFlightGauge.inc({ tenant: task.tenantId });
+    try {
+      return (await b.fire((breakerSignal) => this.#attempt(task, endpoint, url, tenant, breakerSignal))) as AttemptOutcome;
+    } catch (err) {
+      if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
+      const code = (err as { code?: string }).code;
+      if (code === 'EOPENBREAKER')
+        return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
+      if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' };
+      return { kind: 'retry', error: `connect_error: ${(err as Error).message}` };
+    } finally {
+      slots.open--;
+      inFlightGauge.dec({ tenant: task.tenantId });
+    }
   }
 
   /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
@@ -202,7 +236,7 @@ export class Dispatcher {
     const done = (o: AttemptOutcome, counts: boolean): AttemptOutcome => {
       attemptSeconds.observe({ outcome: o.kind }, (performance.now() - started) / 1000);
       if (o.kind === 'delivered') return o;
-      throw new AttemptFailure(o.kind === 'deferred' ? 'deferred' : o.error, counts, o);
+      throw new AttemptFailure('error' in o ? o.error : o.kind, counts, o);
     };
     let status: number;
     let retryAfter: string | string[] | undefined;

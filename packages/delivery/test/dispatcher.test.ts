@@ -208,3 +208,38 @@ describe('Dispatcher: tenant isolation', () => {
     expect(hang.maxOpen()).toBe(4);
   });
 });
+
+describe('Dispatcher: withdrawing waiting tasks', () => {
+  it('a task waiting for a concurrency slot or for rate tokens is withdrawn without a request; a sending one is not', async () => {
+    const hold: (() => void)[] = [];
+    const r = await rx((_req, res) => void hold.push(() => res.end('ok')));
+    const d = dispatcher();
+    const tid = `wd-${Date.now()}`;
+    const t = tenant(tid, { concurrency: 1 });
+    const ep = endpoint(tid, 'e1', r.url);
+    const first = new AbortController();
+    const second = new AbortController();
+    const sending = d.dispatch(task(tid, 'e1'), t, ep, { signal: first.signal });
+    const waitingForSlot = d.dispatch(task(tid, 'e1'), t, ep, { signal: second.signal });
+    while (r.requests.length < 1) await new Promise((res) => setTimeout(res, 10));
+    first.abort();
+    second.abort();
+    expect(await waitingForSlot).toEqual({ kind: 'withdrawn' });
+    for (const release of hold) release();
+    expect(await sending).toMatchObject({ kind: 'delivered' });
+    expect(r.requests).toHaveLength(1);
+
+    // Rate: burst 1 at 0.2/s — the second task waits for a token, holding no slot, and is withdrawn.
+    const rated = tenant(`${tid}-r`, { rate: { perSecond: 0.2, burst: 1 } });
+    const r2 = await rx();
+    const ep2 = endpoint(rated.id, 'e1', r2.url);
+    const hold2 = new AbortController();
+    expect(await d.dispatch(task(rated.id, 'e1'), rated, ep2)).toMatchObject({ kind: 'delivered' });
+    const waitingForToken = d.dispatch(task(rated.id, 'e1'), rated, ep2, { signal: hold2.signal });
+    await new Promise((res) => setTimeout(res, 100));
+    expect(d.inFlight(rated.id)).toBe(0);
+    hold2.abort();
+    expect(await waitingForToken).toEqual({ kind: 'withdrawn' });
+    expect(r2.requests).toHaveLength(1);
+  });
+});

@@ -1,22 +1,20 @@
-import { Dispatcher, nextRetryDelay } from '@spillway/delivery';
+import { type AttemptOutcome, type DispatchOptions, Dispatcher, nextRetryDelay } from '@spillway/delivery';
 import type { Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
 import type { DeliveryTask } from './fanout.ts';
 
-/**
- * The ONE seam between the router and @spillway/delivery. The router codes against `DeliveryPort`
- * (the shape of delivery's `Dispatcher`), so tests may pass their own and the engine never sees
- * delivery's internals.
- */
-export type AttemptOutcome =
-  | { kind: 'delivered'; status: number; durationMs: number }
-  | { kind: 'retry'; status?: number; error: string; retryAfterMs?: number }
-  | { kind: 'fail'; status?: number; error: string }
-  | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number };
+export type { AttemptOutcome };
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
 
+/**
+ * The ONE seam between the router and @spillway/delivery. The router codes against `DeliveryPort`
+ * (the shape of delivery's `Dispatcher`), so the engine never sees delivery's internals.
+ */
 export interface DeliveryPort {
-  dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome>;
+  /** `opts.signal` withdraws the task while it still waits for tokens or a slot (→ `withdrawn`). */
+  dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint, opts?: DispatchOptions): Promise<AttemptOutcome>;
+  /** Requests open for the tenant on this worker now. */
+  inFlight(tenantId: string): number;
   /** Delay before the next attempt, or undefined when the schedule is exhausted (→ DLQ). */
   nextRetryDelay(scheduleMs: readonly number[], attemptsMade: number, retryAfterMs?: number): number | undefined;
   breakerState(tenantId: string, endpointId: string): BreakerState;
@@ -34,7 +32,8 @@ export interface DeliveryPortOptions {
 export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<DeliveryPort> {
   const d = new Dispatcher({ redis: opts.redis, keys: opts.keys, logger: opts.logger, allowCidrs: [...opts.targetAllowCidrs] });
   return {
-    dispatch: (task, tenant, endpoint) => d.dispatch(task, tenant, endpoint),
+    dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),
+    inFlight: (tid) => d.inFlight(tid),
     nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) => nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),
     breakerState: (tid, eid) => d.breakerState(tid, eid),
     close: () => d.close(),

@@ -23,14 +23,12 @@ export interface TenantCounters {
   endpoints: Record<string, { delivered: number; failed: number }>;
 }
 
+/** A task in this worker's memory: it holds a credit until `done`. */
 interface Held {
   task: DeliveryTask;
   done: () => void;
-}
-
-interface Lane {
-  queue: Held[];
-  running: number;
+  /** Withdraws the task from delivery while it still waits for tokens or a slot (pause). */
+  withdraw: AbortController;
 }
 
 /** What the drainer gets back when it offers a task. */
@@ -55,8 +53,10 @@ const REFRESH_MS = 500;
 
 /**
  * The in-memory heart of a worker. Tasks enter only with a credit (or go straight to the spill
- * log), wait in their tenant's lane for a concurrency slot, are dispatched, and leave memory only
- * through a durable hand-off: delivered, retry job added, DLQ entry written, or Kafka ack'd.
+ * log) and go to delivery at once — which waits for rate tokens holding no slot, then for one of the
+ * tenant's concurrency slots — and leave memory only through a durable hand-off: delivered, retry
+ * job added, DLQ entry written, or Kafka ack'd (a paused tenant's waiting tasks are withdrawn and
+ * spilled).
  * Every entry point returns a promise that resolves exactly then, so the durable owner of the task
  * (intake job, retry job, Kafka offset) is released only after the hand-off.
  */
@@ -64,7 +64,8 @@ export class Engine {
   readonly credits = new Credits();
   readonly #d: EngineDeps;
   readonly #views = new Map<string, TenantView>();
-  readonly #lanes = new Map<string, Lane>();
+  /** Tasks in memory per tenant (each holds a credit; delivery applies rate and concurrency). */
+  readonly #held = new Map<string, Set<Held>>();
   readonly #counters = new Map<string, TenantCounters>();
   readonly #wakers = new Set<() => void>();
   readonly #refresh: NodeJS.Timeout;
@@ -97,9 +98,8 @@ export class Engine {
   async #reload(tid: string): Promise<void> {
     try {
       const v = await this.view(tid);
-      if (!v.tenant && !this.#lanes.has(tid)) this.#views.delete(tid);
-      this.#evictBlocked(tid);
-      this.#pump(tid);
+      if (!v.tenant && !this.#held.has(tid)) this.#views.delete(tid);
+      this.#withdrawBlocked(tid);
       this.#wake();
     } catch (err) {
       this.#d.logger.debug({ err: (err as Error).message, tid }, 'config refresh failed');
@@ -157,18 +157,17 @@ export class Engine {
     if (this.#blocked(v, ep)) return 'blocked';
     if (!this.credits.tryTake(task.tenantId, v.tenant.limits.maxInFlight)) return 'blocked';
     return new Promise<void>((done) => {
-      this.#lane(task.tenantId).queue.push({ task, done });
-      this.#pump(task.tenantId);
+      const held: Held = { task, done, withdraw: new AbortController() };
+      let set = this.#held.get(task.tenantId);
+      if (!set) this.#held.set(task.tenantId, (set = new Set()));
+      set.add(held);
+      // Straight to delivery: it waits for rate tokens holding no slot, then for one of the
+      // tenant's concurrency slots; a pause withdraws it from either wait (#withdrawBlocked).
+      void this.#attempt(held, v.tenant!, ep).finally(() => {
+        set.delete(held);
+        if (set.size === 0 && this.#held.get(task.tenantId) === set) this.#held.delete(task.tenantId);
+      });
     });
-  }
-
-  #lane(tid: string): Lane {
-    let lane = this.#lanes.get(tid);
-    if (!lane) {
-      lane = { queue: [], running: 0 };
-      this.#lanes.set(tid, lane);
-    }
-    return lane;
   }
 
   #counter(tid: string): TenantCounters {
@@ -186,43 +185,18 @@ export class Engine {
     return c.endpoints[eid];
   }
 
-  #pump(tid: string): void {
-    const lane = this.#lanes.get(tid);
+  /**
+   * A paused tenant/endpoint: its tasks still waiting in delivery are withdrawn and go back to the
+   * spill log (requests already on the wire finish).
+   */
+  #withdrawBlocked(tid: string): void {
+    const set = this.#held.get(tid);
     const v = this.#views.get(tid);
-    if (!lane || !v?.tenant) return;
-    const limit = Math.max(1, v.tenant.limits.concurrency);
-    while (lane.running < limit && lane.queue.length > 0) {
-      const held = lane.queue.shift()!;
+    if (!set || !v) return;
+    for (const held of set) {
       const ep = v.endpoints.get(held.task.endpointId);
-      if (!ep || ep.status === 'disabled') {
-        this.#finish(held);
-        continue;
-      }
-      if (this.#blocked(v, ep)) {
-        void this.#spillHeld(held);
-        continue;
-      }
-      lane.running++;
-      void this.#attempt(held, v.tenant, ep).finally(() => {
-        lane.running--;
-        this.#pump(tid);
-      });
+      if (v.tenant && ep && this.#blocked(v, ep)) held.withdraw.abort();
     }
-    if (lane.queue.length === 0 && lane.running === 0 && this.credits.used(tid) === 0) this.#lanes.delete(tid);
-  }
-
-  /** Tasks waiting in memory for a paused tenant/endpoint go back to the spill log. */
-  #evictBlocked(tid: string): void {
-    const lane = this.#lanes.get(tid);
-    const v = this.#views.get(tid);
-    if (!lane || !v) return;
-    const keep: Held[] = [];
-    for (const held of lane.queue) {
-      const ep = v.endpoints.get(held.task.endpointId);
-      if (v.tenant && ep && this.#blocked(v, ep)) void this.#spillHeld(held);
-      else keep.push(held);
-    }
-    lane.queue = keep;
   }
 
   async #spillHeld(held: Held): Promise<void> {
@@ -244,9 +218,13 @@ export class Engine {
     const { task } = held;
     let outcome: Awaited<ReturnType<DeliveryPort['dispatch']>>;
     try {
-      outcome = await this.#d.delivery.dispatch(task, tenant, ep);
+      outcome = await this.#d.delivery.dispatch(task, tenant, ep, { signal: held.withdraw.signal });
     } catch (err) {
       outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
+    }
+    if (outcome.kind === 'withdrawn') {
+      await this.#spillHeld(held);
+      return;
     }
     const rec: DeliveryRecord = { endpointId: task.endpointId, status: 'pending', attempts: task.attempt };
     if ('status' in outcome && outcome.status !== undefined) rec.lastStatus = outcome.status;
@@ -307,15 +285,15 @@ export class Engine {
   /** This worker's per-tenant numbers (for keys.workerStats). */
   snapshot(): Record<string, WorkerTenantStats> {
     const out: Record<string, WorkerTenantStats> = {};
-    const tids = new Set([...this.#counters.keys(), ...this.#lanes.keys(), ...this.credits.entries().map(([t]) => t)]);
+    const tids = new Set([...this.#counters.keys(), ...this.#held.keys(), ...this.credits.entries().map(([t]) => t)]);
     for (const tid of tids) {
       const c = this.#counter(tid);
-      const lane = this.#lanes.get(tid);
+      const inFlight = this.#d.delivery.inFlight(tid);
       const endpoints: WorkerTenantStats['endpoints'] = {};
       for (const [eid, n] of Object.entries(c.endpoints)) endpoints[eid] = { ...n, breaker: this.#d.delivery.breakerState(tid, eid) };
       out[tid] = {
-        queued: lane?.queue.length ?? 0,
-        inFlight: lane?.running ?? 0,
+        queued: Math.max(0, (this.#held.get(tid)?.size ?? 0) - inFlight),
+        inFlight,
         creditsUsed: this.credits.used(tid),
         spilled: c.spilled,
         retrying: c.retrying,

@@ -1,18 +1,12 @@
+import type { DeliveryTask } from '@spillway/delivery';
 import type { Endpoint, SpillwayEvent } from '@spillway/shared';
 import { matchesEventType } from './store.ts';
 
 /**
- * One delivery of one event to one endpoint. This is the unit that is held in a worker's memory
- * (with a credit), spilled to Kafka, carried by a retry job, or parked in the DLQ.
+ * One delivery of one event to one endpoint (the type is delivery's): the unit that is held in a
+ * worker's memory (with a credit), spilled to Kafka, carried by a retry job, or parked in the DLQ.
  */
-export interface DeliveryTask {
-  tenantId: string;
-  eventId: string;
-  endpointId: string;
-  /** 1-based number of the attempt this task will make next. */
-  attempt: number;
-  event: SpillwayEvent;
-}
+export type { DeliveryTask };
 
 /** The JSON form of an event (body as base64): BullMQ job data, Kafka values, DLQ entries. */
 export interface WireEvent {
