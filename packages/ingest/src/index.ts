@@ -16,6 +16,19 @@ export { createPipeline, type IngestPipeline, type PipelineOptions } from './pip
 export { createNodeServer, type NodeServerOptions } from './backends/node.ts';
 export { createSourceCache, type SourceCache, type SourceCacheOptions } from './sources.ts';
 export { TIMESTAMP_TOLERANCE_S } from './verify/index.ts';
+export {
+  attachEdge,
+  detachEdge,
+  EDGE_LOADER,
+  type EdgeDump,
+  type EdgeMode,
+  type EdgeOptions,
+  type EdgeResult,
+  edgeStatus,
+  loadAllowRanges,
+  registerKernelDropMetrics,
+  setEdgeMode,
+} from './edge.ts';
 
 export type IngestBackend = 'uring' | 'node' | 'auto';
 

@@ -1,6 +1,6 @@
 import { LeasedLimiter } from '@spillway/delivery';
-import { createIngestServer, createPipeline, createSourceCache } from '@spillway/ingest';
-import { createRedis } from '@spillway/shared';
+import { createIngestServer, createPipeline, createSourceCache, registerKernelDropMetrics } from '@spillway/ingest';
+import { createRedis, registry } from '@spillway/shared';
 import { createIntake } from './intake.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
 import { ConfigCache, ConfigStore } from './store.ts';
@@ -50,6 +50,10 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
     );
     const { port } = await server.listen();
     logger.info({ port, backend: server.backend }, 'ingest listening');
+    // Kernel drops on the ingest port (bpf/ drop tracer) on this process's /metrics; without the
+    // edge attached (or without root) they stay at zero and the edge says why once. Once per
+    // process: tests run several roles in one process against one registry.
+    if (!registry.getSingleMetric('spillway_kernel_drops_total')) registerKernelDropMetrics(registry);
     return {
       name: 'ingest',
       port,

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 // Not yet re-exported by @spillway/ingest's index.ts (the lead wires that); relative until then.
-import { attachEdge, detachEdge, edgeStatus, type EdgeMode, loadAllowRanges, setEdgeMode } from '../../../ingest/src/edge.ts';
+import { attachEdge, detachEdge, edgeStatus, type EdgeMode, loadAllowRanges, setEdgeMode } from '@spillway/ingest';
 
 type Result = { available: boolean; reason?: string };
 

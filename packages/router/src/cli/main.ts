@@ -1,17 +1,8 @@
-import { existsSync } from 'node:fs';
 import { isSpillwayError, VERSION } from '@spillway/shared';
 import { Command, Option } from 'commander';
 import { ROLES, type Role, start } from '../start.ts';
 import { registerOperatorCommands } from './commands.ts';
-
-/**
- * Edge commands (XDP allowlists and friends) live in ./edge.ts, written separately; a build
- * without it still has every other command.
- */
-const edgeUrl = new URL('./edge.ts', import.meta.url);
-const edge: { registerEdgeCommands?: (program: Command) => void } | undefined = existsSync(edgeUrl)
-  ? await import(edgeUrl.href)
-  : undefined;
+import { registerEdgeCommands } from './edge.ts';
 
 /** The `spillway` command. Operator subcommands talk to the admin API (SPILLWAY_ADMIN_URL). */
 export function buildProgram(): Command {
@@ -41,7 +32,7 @@ export function buildProgram(): Command {
     });
 
   registerOperatorCommands(program);
-  edge?.registerEdgeCommands?.(program);
+  registerEdgeCommands(program);
   return program;
 }
 
