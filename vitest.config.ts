@@ -12,7 +12,8 @@ export default defineConfig({
     env: {
       SPILLWAY_REDIS_URL: process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390',
       SPILLWAY_KAFKA_BROKERS: process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092',
-      SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_LOG_LEVEL ?? 'warn',
+      // Roles started in-process log through pino; keep test output to errors unless asked.
+      SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_LOG_LEVEL ?? 'error',
     },
   },
 });

@@ -9,6 +9,7 @@ bash infra/local/deps.sh
 source infra/local/env.sh
 pnpm install --frozen-lockfile --reporter=silent
 pnpm run -s build
+SPILLWAY_BPF_REQUIRED=1 bash bpf/build.sh
 bash infra/local/redis.sh start
 bash infra/local/kafka.sh start
 export SPILLWAY_REDIS_URL="${SPILLWAY_REDIS_URL:-redis://127.0.0.1:6390}"

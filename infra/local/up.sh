@@ -8,6 +8,7 @@ bash infra/local/deps.sh
 source infra/local/env.sh
 pnpm install --frozen-lockfile --reporter=silent
 pnpm run -s build
+bash bpf/build.sh
 if [ -z "${SPILLWAY_REDIS_URL:-}" ]; then bash infra/local/redis.sh start; export SPILLWAY_REDIS_URL=redis://127.0.0.1:6390; fi
 if [ -z "${SPILLWAY_KAFKA_BROKERS:-}" ]; then bash infra/local/kafka.sh start; export SPILLWAY_KAFKA_BROKERS=127.0.0.1:9092; fi
 if [ -z "${SPILLWAY_ADMIN_TOKEN:-}" ]; then

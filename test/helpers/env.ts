@@ -22,7 +22,7 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
     SPILLWAY_INGEST_PORT: '0',
     SPILLWAY_HOST: '127.0.0.1',
     SPILLWAY_ADMIN_TOKEN: `token-${randomBytes(16).toString('hex')}`,
-    SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_LOG_LEVEL ?? 'warn',
+    SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_LOG_LEVEL ?? 'error',
     ...overrides,
   };
 }
