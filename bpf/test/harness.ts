@@ -76,3 +76,25 @@ export function spawnReady(cmd: string, args: string[], ready: RegExp, timeoutMs
     });
   });
 }
+
+/** The kernel's TcpExt counters (what `nstat` shows) of network namespace `ns`. */
+export function tcpExt(ns: string): Record<string, number> {
+  const r = run('ip', ['netns', 'exec', ns, 'cat', '/proc/net/netstat']);
+  if (r.code !== 0) throw new Error(`read /proc/net/netstat in ${ns}: ${r.stderr}`);
+  const lines = r.stdout.split('\n').filter((l) => l.startsWith('TcpExt:'));
+  const names = lines[0]!.split(/\s+/).slice(1);
+  const vals = lines[1]!.split(/\s+/).slice(1);
+  return Object.fromEntries(names.map((n, i) => [n, Number(vals[i])]));
+}
+
+/** Waits for a child to exit (resolves at once when it already has). */
+export function exited(child: ChildProcess, timeoutMs = 5_000): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`pid ${child.pid} still running after ${timeoutMs} ms`)), timeoutMs);
+    child.once('exit', (code) => {
+      clearTimeout(t);
+      resolve(code);
+    });
+  });
+}
