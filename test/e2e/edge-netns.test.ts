@@ -1,8 +1,8 @@
-import { execFileSync, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BPF_DIR, LOADER, buildBpf, run, skipBpf, spawnReady } from '../../bpf/test/harness.ts';
+import { BPF_DIR, buildBpf, LOADER, run, skipBpf, spawnReady } from '../../bpf/test/harness.ts';
 
 // Two network namespaces joined by a veth pair: XDP on the server side in generic mode, the
 // allowlist from bpf/test/fixtures/allow.txt (10.200.1.0/24 allowed, 10.200.2.0/24 not).
@@ -17,7 +17,8 @@ const PIN = `${BPFFS}/pins`;
 const PORT = 18080;
 
 const sh = (args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
-const inNs = (ns: string, cmd: string[], timeoutMs = 10_000) => run('ip', ['netns', 'exec', ns, ...cmd], { timeoutMs });
+const inNs = (ns: string, cmd: string[], timeoutMs = 10_000) =>
+  run('ip', ['netns', 'exec', ns, ...cmd], { timeoutMs });
 const loader = (...args: string[]) => {
   const r = inNs(S, [LOADER, '--pin-root', PIN, ...args]);
   if (r.code !== 0) throw new Error(`loader ${args.join(' ')}: ${r.stderr}`);
@@ -114,27 +115,41 @@ describe.skipIf(skipBpf)('edge: XDP allowlist and drop tracer in network namespa
     await new Promise((r) => setTimeout(r, 200));
     const stalled = await spawnReady(
       'ip',
-      ['netns', 'exec', S, 'python3', '-c', `import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',${PORT}));s.listen(1);print('ready',flush=True);time.sleep(30)`],
+      [
+        'netns',
+        'exec',
+        S,
+        'python3',
+        '-c',
+        `import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',${PORT}));s.listen(1);print('ready',flush=True);time.sleep(30)`,
+      ],
       /ready/,
     );
     try {
       const before = dump();
       // 8 connects from an allowed source against a backlog of 1 that is never accepted; wait past
       // the first SYN retransmission (~1 s)
-      inNs(C, ['python3', '-c', `import socket,time\ncs=[]\nfor i in range(8):\n  c=socket.socket();c.bind(('10.200.1.2',0));c.setblocking(False)\n  try: c.connect(('10.200.1.1',${PORT}))\n  except BlockingIOError: pass\n  cs.append(c)\ntime.sleep(1.6)`]);
+      inNs(C, [
+        'python3',
+        '-c',
+        `import socket,time\ncs=[]\nfor i in range(8):\n  c=socket.socket();c.bind(('10.200.1.2',0));c.setblocking(False)\n  try: c.connect(('10.200.1.1',${PORT}))\n  except BlockingIOError: pass\n  cs.append(c)\ntime.sleep(1.6)`,
+      ]);
       const after = dump();
       const reasons = (d: typeof after) => d.trace.dropsByReason.TCP_LISTEN_OVERFLOW ?? 0;
       const kernel = after.netstat.ListenOverflows - before.netstat.ListenOverflows;
       const traced = reasons(after) - reasons(before);
       const gaps = after.trace.synRetryGap.count - before.trace.synRetryGap.count;
-      console.log(`overflow: kernel ListenOverflows +${kernel}, traced TCP_LISTEN_OVERFLOW +${traced}, SYN retries +${gaps}`);
+      console.log(
+        `overflow: kernel ListenOverflows +${kernel}, traced TCP_LISTEN_OVERFLOW +${traced}, SYN retries +${gaps}`,
+      );
       expect(kernel).toBeGreaterThan(0);
       expect(traced).toBeGreaterThan(0);
       expect(after.trace.listenOverflows.syn - before.trace.listenOverflows.syn).toBe(traced);
       expect(gaps).toBeGreaterThan(0);
       // every retransmission is the first one, ~1 s after its SYN (initial SYN RTO = 1 s): it lands
       // in the [512, 1024) or [1024, 2048) ms bucket (timer slack can put it either side of 1024)
-      const bucket = (d: typeof after, le: number) => d.trace.synRetryGap.bucketsMs.find(([b]: [number, number]) => b === le)![1];
+      const bucket = (d: typeof after, le: number) =>
+        d.trace.synRetryGap.bucketsMs.find(([b]: [number, number]) => b === le)![1];
       const nearOneSecond = (d: typeof after) => bucket(d, 1024) + bucket(d, 2048);
       expect(nearOneSecond(after) - nearOneSecond(before)).toBe(gaps);
       const meanMs = (after.trace.synRetryGap.sumMs - before.trace.synRetryGap.sumMs) / gaps;

@@ -1,7 +1,7 @@
-import { execFileSync, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LOADER, buildBpf, exited, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
+import { buildBpf, exited, LOADER, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
 
 // SK_REUSEPORT steering, measured by the kernel's own counter. In a network namespace of its own
 // (so TcpExtListenOverflows counts only this test), two node:http workers listen on one port with
@@ -64,9 +64,17 @@ describe.skipIf(skipBpf)('edge: SK_REUSEPORT steering around a stalled ingest wo
     execFileSync('mount', ['-t', 'bpf', 'bpf', BPFFS]);
     execFileSync('ip', ['netns', 'add', NS]);
     execFileSync('ip', ['-n', NS, 'link', 'set', 'lo', 'up']);
-    const healthy = await spawnReady('ip', ['netns', 'exec', NS, process.execPath, '-e', worker(511)], /^ready/);
+    const healthy = await spawnReady(
+      'ip',
+      ['netns', 'exec', NS, process.execPath, '-e', worker(511)],
+      /^ready/,
+    );
     children.push(healthy.child);
-    const s = await spawnReady('ip', ['netns', 'exec', NS, process.execPath, '-e', worker(STALLED_BACKLOG)], /^ready/);
+    const s = await spawnReady(
+      'ip',
+      ['netns', 'exec', NS, process.execPath, '-e', worker(STALLED_BACKLOG)],
+      /^ready/,
+    );
     children.push(s.child);
     stalled = s.child;
   });
@@ -83,7 +91,21 @@ describe.skipIf(skipBpf)('edge: SK_REUSEPORT steering around a stalled ingest wo
     process.kill(stalled.pid!, 'SIGSTOP');
     const daemon = await spawnReady(
       'ip',
-      ['netns', 'exec', NS, LOADER, '--pin-root', PIN, 'steer', '--port', String(PORT), '--busy-pct', String(BUSY_PCT), '--interval-us', '200'],
+      [
+        'netns',
+        'exec',
+        NS,
+        LOADER,
+        '--pin-root',
+        PIN,
+        'steer',
+        '--port',
+        String(PORT),
+        '--busy-pct',
+        String(BUSY_PCT),
+        '--interval-us',
+        '200',
+      ],
       /"slot":1/,
     );
     children.push(daemon.child);
@@ -98,14 +120,18 @@ describe.skipIf(skipBpf)('edge: SK_REUSEPORT steering around a stalled ingest wo
     expect(daemonOut).toMatch(/"detached":true/);
 
     const hashed = burst();
-    console.log(`steering: TcpExtListenOverflows +${steered} over ${BURST} connections with steering, +${hashed} with default hashing (program detached); steered picks ${JSON.stringify(st.workersDetail)}, stats ${JSON.stringify(st.stats)}`);
+    console.log(
+      `steering: TcpExtListenOverflows +${steered} over ${BURST} connections with steering, +${hashed} with default hashing (program detached); steered picks ${JSON.stringify(st.workersDetail)}, stats ${JSON.stringify(st.stats)}`,
+    );
 
     expect(steered).toBe(0);
     expect(hashed).toBeGreaterThan(0);
     // the program did the work: it skipped the stalled worker once its queue was at the threshold,
     // and that queue never came near its backlog
     expect(st.stats.selected_skipped_busy).toBeGreaterThan(0);
-    expect(st.stats.selected_hashed + st.stats.selected_skipped_busy).toBe(BURST);
+    // every SYN of the burst got a socket from the program (a retransmitted SYN asks again)
+    expect(st.stats.selected_hashed + st.stats.selected_skipped_busy).toBeGreaterThanOrEqual(BURST);
+    expect(st.stats.fallback_all_busy + st.stats.select_error).toBe(0);
     const stalledSlot = st.workersDetail.find((w: { backlog: number }) => w.backlog === STALLED_BACKLOG);
     expect(stalledSlot.queue).toBeLessThan(STALLED_BACKLOG);
     expect(stalledSlot.picks).toBeGreaterThan(0);

@@ -17,7 +17,19 @@ describe.skipIf(skipBpf)('edge: XDP allowlist fixture table (BPF_PROG_TEST_RUN)'
     expect(fixtures.length).toBeGreaterThanOrEqual(45);
     // both families, both modes, both verdicts and the pass-through classes are covered
     const seen = new Set(fixtures.map((x) => x.counter));
-    for (const c of ['ALLOWED', 'DROP_NOT_ALLOWED', 'DROP_BLOCKED', 'MON_NOT_ALLOWED', 'MON_BLOCKED', 'NOT_JUDGED', 'FRAGMENT', 'OFF', 'NO_ALLOWLIST', 'MALFORMED']) expect(seen).toContain(c);
+    for (const c of [
+      'ALLOWED',
+      'DROP_NOT_ALLOWED',
+      'DROP_BLOCKED',
+      'MON_NOT_ALLOWED',
+      'MON_BLOCKED',
+      'NOT_JUDGED',
+      'FRAGMENT',
+      'OFF',
+      'NO_ALLOWLIST',
+      'MALFORMED',
+    ])
+      expect(seen).toContain(c);
     console.log(`xdp fixtures: ${fixtures.length} passed`);
   });
 
@@ -26,9 +38,16 @@ describe.skipIf(skipBpf)('edge: XDP allowlist fixture table (BPF_PROG_TEST_RUN)'
     const { tmpdir } = await import('node:os');
     const dir = mkdtempSync(join(tmpdir(), 'spw-xdp-'));
     copyFileSync(join(BPF_DIR, 'test/fixtures/allow.txt'), join(dir, 'allow.txt'));
-    writeFileSync(join(dir, 't.tbl'), 'port 8080\nranges allow.txt\nwrong eth 203.0.113.9 10.0.0.1 tcp 8080 syn PASS ALLOWED\n');
+    writeFileSync(
+      join(dir, 't.tbl'),
+      'port 8080\nranges allow.txt\nwrong eth 203.0.113.9 10.0.0.1 tcp 8080 syn PASS ALLOWED\n',
+    );
     const r = run(join(BUILD, 'xdp_runner'), [join(dir, 't.tbl')]);
     expect(r.code).toBe(1);
-    expect(jsonLines(r.stdout).find((x) => x.name === 'wrong')).toMatchObject({ ok: false, verdict: 'DROP', counter: 'DROP_NOT_ALLOWED' });
+    expect(jsonLines(r.stdout).find((x) => x.name === 'wrong')).toMatchObject({
+      ok: false,
+      verdict: 'DROP',
+      counter: 'DROP_NOT_ALLOWED',
+    });
   });
 });

@@ -7,18 +7,30 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Registry } from 'prom-client';
-import { Counter, Histogram } from 'prom-client';
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** Path of the loader; SPILLWAY_EDGE_LOADER overrides it. */
-export const EDGE_LOADER = process.env.SPILLWAY_EDGE_LOADER ?? resolve(here, '../../../bpf/.build/spillway-edge');
+export const EDGE_LOADER =
+  process.env.SPILLWAY_EDGE_LOADER ?? resolve(here, '../../../bpf/.build/spillway-edge');
 
 export type EdgeMode = 'off' | 'monitor' | 'enforce';
 
-export interface EdgeOptions {
+/** Where the loader works: its bpffs pin directory and, optionally, a network namespace. */
+export interface LoaderScope {
+  /** bpffs directory for pins (default /sys/fs/bpf/spillway or SPILLWAY_BPF_PIN_ROOT). */
+  pinRoot?: string;
+  /**
+   * Run the loader inside this named network namespace (`ip netns exec`), for an ingest that
+   * listens in one: XDP devices, listeners and the TcpExt counters are per namespace. `ip netns
+   * exec` remounts /sys, so pinRoot must then be a bpffs mounted outside /sys.
+   */
+  netns?: string;
+}
+
+export interface EdgeOptions extends LoaderScope {
   /** Interfaces to attach the XDP program to (e.g. ['eth0']). None: tracer/config only. */
   devices?: string[];
   /** The ingest port judged by XDP and traced (default: SPILLWAY_INGEST_PORT or 8080). */
@@ -29,8 +41,6 @@ export interface EdgeOptions {
   xdpMode?: 'auto' | 'skb' | 'native';
   /** Attach the drop tracer (default true). */
   trace?: boolean;
-  /** bpffs directory for pins (default /sys/fs/bpf/spillway or SPILLWAY_BPF_PIN_ROOT). */
-  pinRoot?: string;
 }
 
 export type EdgeResult<T> = ({ available: true } & T) | { available: false; reason: string };
@@ -39,7 +49,15 @@ export interface EdgeDump {
   pinRoot: string;
   attached: { xdp: string[]; trace: boolean };
   netstat: { ListenOverflows: number; ListenDrops: number; TCPSynRetrans: number; TCPReqQFullDrop: number };
-  xdp: null | { mode: EdgeMode; port: number; generation: number; allow: number; block: number; traceSyn: boolean; verdicts: Record<string, number> };
+  xdp: null | {
+    mode: EdgeMode;
+    port: number;
+    generation: number;
+    allow: number;
+    block: number;
+    traceSyn: boolean;
+    verdicts: Record<string, number>;
+  };
   trace: null | {
     port: number;
     dropsByReason: Record<string, number>;
@@ -47,7 +65,13 @@ export interface EdgeDump {
     synRetransmits: number;
     synRetryGap: { sumMs: number; count: number; bucketsMs: [number, number][] };
   };
-  steer: null | { enabled: boolean; workers: number; busyPct: number; stats: Record<string, number>; workersDetail: { slot: number; picks: number; queue: number; backlog: number }[] };
+  steer: null | {
+    enabled: boolean;
+    workers: number;
+    busyPct: number;
+    stats: Record<string, number>;
+    workersDetail: { slot: number; picks: number; queue: number; backlog: number }[];
+  };
 }
 
 let warned = false;
@@ -57,15 +81,22 @@ function warnOnce(reason: string): void {
   process.emitWarning(`spillway edge disabled: ${reason}`, { code: 'SPW_EDGE_UNAVAILABLE' });
 }
 
-function runLoader(args: string[], pinRoot?: string, timeoutMs = 10_000): Promise<EdgeResult<{ out: unknown }>> {
+function runLoader(
+  args: string[],
+  scope: LoaderScope,
+  timeoutMs = 10_000,
+): Promise<EdgeResult<{ out: unknown }>> {
   if (!existsSync(EDGE_LOADER)) {
     const reason = `loader not built (${EDGE_LOADER}); run bpf/build.sh`;
     warnOnce(reason);
     return Promise.resolve({ available: false, reason });
   }
-  const full = pinRoot ? ['--pin-root', pinRoot, ...args] : args;
+  const full = scope.pinRoot ? ['--pin-root', scope.pinRoot, ...args] : args;
+  const [cmd, argv] = scope.netns
+    ? ['ip', ['netns', 'exec', scope.netns, EDGE_LOADER, ...full]]
+    : [EDGE_LOADER, full];
   return new Promise((res) => {
-    execFile(EDGE_LOADER, full, { timeout: timeoutMs, encoding: 'utf8' }, (err, stdout, stderr) => {
+    execFile(cmd, argv, { timeout: timeoutMs, encoding: 'utf8' }, (err, stdout, stderr) => {
       if (err) {
         const code = (err as { code?: number | string }).code;
         const reason = stderr.trim().split('\n').pop() || err.message;
@@ -84,8 +115,8 @@ function runLoader(args: string[], pinRoot?: string, timeoutMs = 10_000): Promis
 }
 
 /** Everything the pinned maps hold: attachments, mode, counters, drops, steering. */
-export async function edgeStatus(opts: { pinRoot?: string } = {}): Promise<EdgeResult<{ status: EdgeDump }>> {
-  const r = await runLoader(['dump'], opts.pinRoot);
+export async function edgeStatus(opts: LoaderScope = {}): Promise<EdgeResult<{ status: EdgeDump }>> {
+  const r = await runLoader(['dump'], opts);
   return r.available ? { available: true, status: r.out as EdgeDump } : r;
 }
 
@@ -97,107 +128,187 @@ export async function attachEdge(opts: EdgeOptions = {}): Promise<EdgeResult<{ s
   if (opts.mode) args.push('--mode', opts.mode);
   if (opts.xdpMode) args.push('--xdp-mode', opts.xdpMode);
   if (opts.trace === false) args.push('--no-trace');
-  const r = await runLoader(args, opts.pinRoot);
+  const r = await runLoader(args, opts);
   if (!r.available) return r;
-  return edgeStatus({ pinRoot: opts.pinRoot });
+  return edgeStatus(opts);
 }
 
 /** Detaches (all devices and the tracer when `devices` is empty); maps and counters stay unless purge. */
-export async function detachEdge(opts: { devices?: string[]; purge?: boolean; pinRoot?: string } = {}): Promise<EdgeResult<{ out: unknown }>> {
+export async function detachEdge(
+  opts: LoaderScope & { devices?: string[]; purge?: boolean } = {},
+): Promise<EdgeResult<{ out: unknown }>> {
   const args = ['detach'];
   for (const d of opts.devices ?? []) args.push('--dev', d);
   if (opts.purge) args.push('--purge');
-  return runLoader(args, opts.pinRoot);
+  return runLoader(args, opts);
 }
 
 /** Sets the XDP mode. */
-export async function setEdgeMode(mode: EdgeMode, opts: { pinRoot?: string } = {}): Promise<EdgeResult<{ out: unknown }>> {
-  return runLoader(['mode', mode], opts.pinRoot);
+export async function setEdgeMode(
+  mode: EdgeMode,
+  opts: LoaderScope = {},
+): Promise<EdgeResult<{ out: unknown }>> {
+  return runLoader(['mode', mode], opts);
 }
 
 /**
  * Loads provider ranges (GitHub meta JSON — its `hooks` array —, Stripe `{"WEBHOOKS":[...]}`, or
  * CIDR lines) into the allowlist, optionally a blocklist, swapping the sets atomically.
  */
-export async function loadAllowRanges(file: string | string[], opts: { blockFiles?: string[]; pinRoot?: string } = {}): Promise<EdgeResult<{ out: { generation: number; allow: number; block: number } }>> {
+export async function loadAllowRanges(
+  file: string | string[],
+  opts: LoaderScope & { blockFiles?: string[] } = {},
+): Promise<EdgeResult<{ out: { generation: number; allow: number; block: number } }>> {
   const args = ['ranges'];
   for (const f of Array.isArray(file) ? file : [file]) args.push('--allow', f);
   for (const f of opts.blockFiles ?? []) args.push('--block', f);
-  const r = await runLoader(args, opts.pinRoot);
+  const r = await runLoader(args, opts);
   return r as EdgeResult<{ out: { generation: number; allow: number; block: number } }>;
 }
 
+/** One value of a collected metric, in prom-client's shape (`metricName` for _bucket/_sum/_count). */
+interface MetricValue {
+  value: number;
+  labels: Record<string, string | number>;
+  metricName?: string;
+}
+
 /**
- * Registers the kernel drop metrics on `registry` (use `@spillway/shared`'s registry). Values are
- * read from the pinned maps at scrape time; when the edge is unavailable the metrics stay at zero
- * and one warning is logged.
+ * A metric whose values are read, not accumulated: each scrape reports the kernel's own cumulative
+ * counters from the pinned maps, so a scrape costs one loader run and O(labels + buckets), and the
+ * numbers stay what the kernel counted (a `detach --purge` resets them, which Prometheus reads as a
+ * counter reset). prom-client's Counter/Histogram can only be incremented/observed, hence this small
+ * implementation of the interface Registry uses (name, help, type, aggregator, get, reset).
  */
-export function registerKernelDropMetrics(registry: Registry, opts: { pinRoot?: string } = {}): void {
-  let last: EdgeDump | null = null;
-  let pending: Promise<void> | null = null;
-  const refresh = (): Promise<void> => {
+class KernelMetric {
+  readonly name: string;
+  readonly help: string;
+  readonly type: 'counter' | 'histogram';
+  readonly aggregator = 'sum';
+  private readonly read: () => Promise<MetricValue[]>;
+  constructor(name: string, help: string, type: 'counter' | 'histogram', read: () => Promise<MetricValue[]>) {
+    this.name = name;
+    this.help = help;
+    this.type = type;
+    this.read = read;
+  }
+  async get(): Promise<{
+    name: string;
+    help: string;
+    type: string;
+    aggregator: string;
+    values: MetricValue[];
+  }> {
+    return {
+      name: this.name,
+      help: this.help,
+      type: this.type,
+      aggregator: this.aggregator,
+      values: await this.read(),
+    };
+  }
+  reset(): void {
+    // kernel counters are not ours to reset
+  }
+}
+
+/**
+ * Prometheus histogram lines from the kernel's log2-ms SYN-retry-gap buckets. Kernel bucket i holds
+ * gaps in [2^(i-1), 2^i) ms (bucket 0: < 1 ms), the last one everything above: so the cumulative
+ * bucket `le = 2^i ms` is the sum of kernel buckets 0..i, and +Inf (= _count) is the total. _sum is
+ * the kernel's sum of whole milliseconds, in seconds.
+ */
+export function synRetryGapValues(
+  gap: { sumMs: number; bucketsMs: [number, number][] },
+  name = 'spillway_kernel_syn_retry_gap_seconds',
+): MetricValue[] {
+  const out: MetricValue[] = [];
+  let cumulative = 0;
+  gap.bucketsMs.forEach(([leMs, n], i) => {
+    cumulative += n;
+    if (i < gap.bucketsMs.length - 1)
+      out.push({ metricName: `${name}_bucket`, labels: { le: leMs / 1000 }, value: cumulative });
+  });
+  out.push({ metricName: `${name}_bucket`, labels: { le: '+Inf' }, value: cumulative });
+  out.push({ metricName: `${name}_sum`, labels: {}, value: gap.sumMs / 1000 });
+  out.push({ metricName: `${name}_count`, labels: {}, value: cumulative });
+  return out;
+}
+
+/**
+ * Registers the kernel edge metrics on `registry` (use `@spillway/shared`'s registry). Values are
+ * the kernel's counters read from the pinned maps at scrape time (one loader run per scrape, shared
+ * by all of them); when the edge is unavailable they have no samples and one warning is logged.
+ * `netns`: read the netns counters (TcpExt) of that network namespace, for an ingest running in one.
+ */
+export function registerKernelDropMetrics(registry: Registry, opts: LoaderScope = {}): void {
+  let pending: Promise<EdgeDump | null> | null = null;
+  // Every metric of one scrape asks at once (Registry.metrics() collects them concurrently): they
+  // share one loader run.
+  const read = (): Promise<EdgeDump | null> => {
     pending ??= edgeStatus(opts).then((r) => {
-      last = r.available ? r.status : null;
       pending = null;
+      return r.available ? r.status : null;
     });
     return pending;
   };
-  // Counters mirror monotonic kernel counters: each scrape moves them by the delta since the last.
-  const seen = new Map<string, number>();
-  const bump = (c: Counter<string>, key: string, labels: Record<string, string>, value: number) => {
-    const prev = seen.get(key) ?? 0;
-    if (value > prev) c.inc(labels, value - prev);
-    seen.set(key, value);
-  };
-  const drops = new Counter({
-    name: 'spillway_kernel_drops_total',
-    help: 'Packets to the ingest port dropped by the kernel, by skb drop reason (skb:kfree_skb; TCP_LISTEN_OVERFLOW from the XDP accept-queue check)',
-    labelNames: ['reason'],
-    registers: [registry],
-    async collect() {
-      await refresh();
-      for (const [reason, v] of Object.entries(last?.trace?.dropsByReason ?? {})) bump(drops, `d:${reason}`, { reason }, v);
-    },
-  });
-  const overflows = new Counter({
-    name: 'spillway_listen_overflows_total',
-    help: 'Accept-queue overflows: source=ingest_port (traced on the ingest listener) or netns (kernel TcpExt ListenOverflows)',
-    labelNames: ['source'],
-    registers: [registry],
-    async collect() {
-      await refresh();
-      const t = last?.trace;
-      if (t) bump(overflows, 'o:port', { source: 'ingest_port' }, t.listenOverflows.syn + t.listenOverflows.ack);
-      if (last) bump(overflows, 'o:netns', { source: 'netns' }, last.netstat.ListenOverflows);
-    },
-  });
-  const verdicts = new Counter({
-    name: 'spillway_edge_xdp_packets_total',
-    help: 'Packets seen by the XDP allowlist, by verdict',
-    labelNames: ['verdict'],
-    registers: [registry],
-    async collect() {
-      await refresh();
-      for (const [verdict, v] of Object.entries(last?.xdp?.verdicts ?? {})) bump(verdicts, `v:${verdict}`, { verdict }, v);
-    },
-  });
-  // The histogram is rebuilt from the kernel's log2 buckets at each scrape.
-  const bucketsMs = Array.from({ length: 20 }, (_, i) => 2 ** i);
-  const gap = new Histogram({
-    name: 'spillway_kernel_syn_retry_gap_seconds',
-    help: 'Time from a client\'s first SYN to each retransmission of it (the wait a refused SYN costs the sender)',
-    buckets: bucketsMs.map((ms) => ms / 1000),
-    registers: [registry],
-    async collect() {
-      await refresh();
-      const g = last?.trace?.synRetryGap;
-      if (!g) return;
-      gap.reset();
-      // observe each bucket's count at a value inside it (its upper bound minus a hair)
-      for (const [le, n] of g.bucketsMs) for (let i = 0; i < n; i++) gap.observe((le * 0.999) / 1000);
-    },
-  });
-  void drops;
-  void overflows;
-  void verdicts;
+  const metrics = [
+    new KernelMetric(
+      'spillway_kernel_drops_total',
+      'Packets to the ingest port dropped by the kernel, by skb drop reason (skb:kfree_skb; TCP_LISTEN_OVERFLOW from the XDP accept-queue check)',
+      'counter',
+      async () =>
+        Object.entries((await read())?.trace?.dropsByReason ?? {}).map(([reason, value]) => ({
+          labels: { reason },
+          value,
+        })),
+    ),
+    new KernelMetric(
+      'spillway_listen_overflows_total',
+      'Accept-queue overflows: source=ingest_port (traced on the ingest listener) or netns (kernel TcpExtListenOverflows of the network namespace)',
+      'counter',
+      async () => {
+        const d = await read();
+        if (!d) return [];
+        const out: MetricValue[] = [{ labels: { source: 'netns' }, value: d.netstat.ListenOverflows }];
+        if (d.trace)
+          out.unshift({
+            labels: { source: 'ingest_port' },
+            value: d.trace.listenOverflows.syn + d.trace.listenOverflows.ack,
+          });
+        return out;
+      },
+    ),
+    new KernelMetric(
+      'spillway_edge_xdp_packets_total',
+      'Packets seen by the XDP allowlist, by verdict',
+      'counter',
+      async () =>
+        Object.entries((await read())?.xdp?.verdicts ?? {}).map(([verdict, value]) => ({
+          labels: { verdict },
+          value,
+        })),
+    ),
+    new KernelMetric(
+      'spillway_edge_steer_decisions_total',
+      'New connections seen by the SK_REUSEPORT steering program, by decision',
+      'counter',
+      async () =>
+        Object.entries((await read())?.steer?.stats ?? {}).map(([decision, value]) => ({
+          labels: { decision },
+          value,
+        })),
+    ),
+    new KernelMetric(
+      'spillway_kernel_syn_retry_gap_seconds',
+      "Time from a client's first SYN to each retransmission of it (the wait a refused SYN costs the sender)",
+      'histogram',
+      async () => {
+        const g = (await read())?.trace?.synRetryGap;
+        return g ? synRetryGapValues(g) : [];
+      },
+    ),
+  ];
+  // Registry types its argument as one of prom-client's classes; it only uses the members above.
+  for (const m of metrics) registry.registerMetric(m as unknown as Parameters<Registry['registerMetric']>[0]);
 }

@@ -1,6 +1,13 @@
-import type { Command } from 'commander';
 // Not yet re-exported by @spillway/ingest's index.ts (the lead wires that); relative until then.
-import { attachEdge, detachEdge, edgeStatus, type EdgeMode, loadAllowRanges, setEdgeMode } from '@spillway/ingest';
+import {
+  attachEdge,
+  detachEdge,
+  type EdgeMode,
+  edgeStatus,
+  loadAllowRanges,
+  setEdgeMode,
+} from '@spillway/ingest';
+import type { Command } from 'commander';
 
 type Result = { available: boolean; reason?: string };
 
@@ -17,7 +24,9 @@ const collect = (v: string, prev: string[]) => [...prev, v];
 
 /** `spillway edge attach|detach|status|mode|allow`: the kernel edge (docs/edge.md). Needs root. */
 export function registerEdgeCommands(program: Command): void {
-  const edge = program.command('edge').description('kernel edge: XDP allowlist, drop tracer, reuseport steering (root)');
+  const edge = program
+    .command('edge')
+    .description('kernel edge: XDP allowlist, drop tracer, reuseport steering (root)');
   edge
     .command('attach')
     .description('load and attach XDP on the given interfaces, and the drop tracer')
@@ -27,10 +36,26 @@ export function registerEdgeCommands(program: Command): void {
     .option('--xdp-mode <m>', 'auto | skb | native', 'auto')
     .option('--no-trace', 'do not attach the drop tracer')
     .option('--pin-root <dir>', 'bpffs pin directory')
-    .action(async (o: { dev: string[]; port?: string; mode?: EdgeMode; xdpMode: 'auto' | 'skb' | 'native'; trace: boolean; pinRoot?: string }) => {
-      const r = await attachEdge({ devices: o.dev, port: o.port ? Number(o.port) : undefined, mode: o.mode, xdpMode: o.xdpMode, trace: o.trace, pinRoot: o.pinRoot });
-      finish(r, r.available ? r.status : null);
-    });
+    .action(
+      async (o: {
+        dev: string[];
+        port?: string;
+        mode?: EdgeMode;
+        xdpMode: 'auto' | 'skb' | 'native';
+        trace: boolean;
+        pinRoot?: string;
+      }) => {
+        const r = await attachEdge({
+          devices: o.dev,
+          port: o.port ? Number(o.port) : undefined,
+          mode: o.mode,
+          xdpMode: o.xdpMode,
+          trace: o.trace,
+          pinRoot: o.pinRoot,
+        });
+        finish(r, r.available ? r.status : null);
+      },
+    );
   edge
     .command('detach')
     .description('detach XDP (given interfaces, or everything incl. the tracer)')
