@@ -17,7 +17,9 @@ function parseArgs(argv: string[]) {
   const only = i >= 0 ? (argv[i + 1] ?? '').split(',').filter(Boolean) : [];
   const unknown = only.filter((n) => !ALL.some((b) => b.name === n));
   if (unknown.length) {
-    process.stderr.write(`bench: unknown benchmark ${unknown.join(', ')}; have ${ALL.map((b) => b.name).join(', ')}\n`);
+    process.stderr.write(
+      `bench: unknown benchmark ${unknown.join(', ')}; have ${ALL.map((b) => b.name).join(', ')}\n`,
+    );
     process.exit(2);
   }
   return { quick, only };
@@ -42,11 +44,19 @@ async function main() {
   let failed = 0;
   for (const b of selected) {
     const started = Date.now();
-    const log = (m: string) => process.stdout.write(`  [${b.name} +${((Date.now() - started) / 1000).toFixed(0)}s] ${m}\n`);
+    const log = (m: string) =>
+      process.stdout.write(`  [${b.name} +${((Date.now() - started) / 1000).toFixed(0)}s] ${m}\n`);
     let result: BenchResult;
     try {
       const r = await b.run({ quick, log });
-      result = { name: b.name, title: b.title, quick, startedAt: new Date(started).toISOString(), durationS: (Date.now() - started) / 1000, ...r };
+      result = {
+        name: b.name,
+        title: b.title,
+        quick,
+        startedAt: new Date(started).toISOString(),
+        durationS: (Date.now() - started) / 1000,
+        ...r,
+      };
     } catch (err) {
       failed++;
       result = {
@@ -67,7 +77,9 @@ async function main() {
     // Written after every benchmark: an interrupted run still leaves what it measured.
     writeAll(OUT, file, ALL, INTRO);
   }
-  process.stdout.write(`\nwrote ${OUT}/results.json, results.svg, README.md in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+  process.stdout.write(
+    `\nwrote ${OUT}/results.json, results.svg, README.md in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`,
+  );
   process.exit(failed ? 1 : 0);
 }
 

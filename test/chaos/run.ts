@@ -15,14 +15,30 @@ import { redis } from './scenarios/redis.ts';
 import { slowloris } from './scenarios/slowloris.ts';
 import type { ScenarioOptions } from './scenarios/types.ts';
 
-export const SCENARIOS: Record<string, (o: ScenarioOptions) => Promise<Outcome>> = { kill9, redis, kafka, slowloris };
+export const SCENARIOS: Record<string, (o: ScenarioOptions) => Promise<Outcome>> = {
+  kill9,
+  redis,
+  kafka,
+  slowloris,
+};
 
-export async function runChaos(names: string[], short: boolean, seed: number, log = (m: string) => process.stdout.write(`${m}\n`)) {
+export async function runChaos(
+  names: string[],
+  short: boolean,
+  seed: number,
+  log = (m: string) => process.stdout.write(`${m}\n`),
+) {
   const outcomes: Outcome[] = [];
   for (const name of names) {
     const t0 = Date.now();
     try {
-      outcomes.push(await SCENARIOS[name]!({ short, seed, log: (m) => log(`  [${name} +${((Date.now() - t0) / 1000).toFixed(0)}s] ${m}`) }));
+      outcomes.push(
+        await SCENARIOS[name]!({
+          short,
+          seed,
+          log: (m) => log(`  [${name} +${((Date.now() - t0) / 1000).toFixed(0)}s] ${m}`),
+        }),
+      );
     } catch (err) {
       outcomes.push({
         scenario: name,
@@ -52,10 +68,14 @@ if (import.meta.main) {
   const seed = si >= 0 ? Number(argv[si + 1]) : Math.floor(Math.random() * 1e9);
   const bad = names.filter((n) => !SCENARIOS[n]);
   if (bad.length) {
-    process.stderr.write(`chaos: unknown scenario ${bad.join(', ')}; have ${Object.keys(SCENARIOS).join(', ')}\n`);
+    process.stderr.write(
+      `chaos: unknown scenario ${bad.join(', ')}; have ${Object.keys(SCENARIOS).join(', ')}\n`,
+    );
     process.exit(2);
   }
-  process.stdout.write(`Spillway chaos (${short ? 'short' : 'long'} form, seed ${seed}): ${names.join(', ')}\n`);
+  process.stdout.write(
+    `Spillway chaos (${short ? 'short' : 'long'} form, seed ${seed}): ${names.join(', ')}\n`,
+  );
   const outcomes = await runChaos(names, short, seed);
   process.stdout.write(`\n${outcomes.map(line).join('\n')}\n`);
   // The figures the closing note quotes: docs/benchmarks/chaos.json, and the README re-rendered.

@@ -3,8 +3,9 @@
  * topic rather than in memory; the worker's RSS is sampled while the backlog sits there, then the
  * tenant is resumed and the drain rate is measured at the sink.
  */
-import { Queue } from 'bullmq';
+
 import { createKeys } from '@spillway/shared';
+import { Queue } from 'bullmq';
 import { rssOf, rssSampler, sleep, until } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
@@ -16,8 +17,11 @@ export const backlog: Benchmark = {
   name: 'backlog',
   title: 'Backlog memory',
   method:
-    'One worker process; tenant `big` is paused (through the config store, as `POST /v1/tenants/big/pause` does), then N events of 128 bytes are enqueued through the durable intake (N = 1 000 000; `--quick` 20 000). Paused events must be spilled to Kafka, not held. RSS (VmRSS of the worker process) is sampled every 250 ms while spilling and for 5 s with the whole backlog parked; then the tenant is resumed and deliveries to the sink are counted for 60 s (`--quick` 15 s) to give the drain rate; the remainder is deleted with the run\'s topic.',
-  targets: ['Worker RSS ≤ 300 MiB with 1 000 000 events in backlog (spilled).', 'Drain rate reported (no target in the issue).'],
+    "One worker process; tenant `big` is paused (through the config store, as `POST /v1/tenants/big/pause` does), then N events of 128 bytes are enqueued through the durable intake (N = 1 000 000; `--quick` 20 000). Paused events must be spilled to Kafka, not held. RSS (VmRSS of the worker process) is sampled every 250 ms while spilling and for 5 s with the whole backlog parked; then the tenant is resumed and deliveries to the sink are counted for 60 s (`--quick` 15 s) to give the drain rate; the remainder is deleted with the run's topic.",
+  targets: [
+    'Worker RSS ≤ 300 MiB with 1 000 000 events in backlog (spilled).',
+    'Drain rate reported (no target in the issue).',
+  ],
   async run({ quick, log }) {
     const N = quick ? 20_000 : 1_000_000;
     const drainMs = quick ? 15_000 : 60_000;
@@ -29,10 +33,13 @@ export const backlog: Benchmark = {
     const keys = createKeys(c.prefix);
     const q = new Queue(keys.intakeQueue, { connection: c.redis as never, prefix: keys.bullPrefix });
     let sampler: ReturnType<typeof rssSampler> | undefined;
+    let workerPid = 0;
+    let enqueued = 0;
     try {
       await c.tenant('big', { maxInFlight: 1000, concurrency: 64 });
       await c.endpoint('big', 'ok', sink.url('ok', 'big'));
       const w = await c.startRole('worker');
+      workerPid = w.proc.pid;
       await sleep(1500);
       const idle = (await rssOf(w.proc.pid)) ?? 0;
       await c.store.updateTenant('big', (t) => ({ ...t, status: 'paused' }));
@@ -46,16 +53,21 @@ export const backlog: Benchmark = {
         const jobs: Promise<unknown>[] = [];
         for (let j = i; j < Math.min(N, i + 2000); j++) jobs.push(f.submit('big', 128).catch(() => errors++));
         await Promise.all(jobs);
+        enqueued = Math.min(N, i + 2000);
         if (i % 100_000 === 0 && i) log(`enqueued ${i}`);
-        if (w.proc.child.exitCode !== null) throw new Error(`worker exited ${w.proc.child.exitCode} while enqueueing`);
+        if (w.proc.child.exitCode !== null)
+          throw new Error(`worker exited ${w.proc.child.exitCode} while enqueueing`);
       }
       const enqueueS = (performance.now() - t0) / 1000;
-      log(`enqueued ${N} in ${enqueueS.toFixed(1)} s (${errors} errors); waiting for the worker to spill them`);
-      const spillDeadline = quick ? 120_000 : 420_000;
+      log(
+        `enqueued ${N} in ${enqueueS.toFixed(1)} s (${errors} errors); waiting for the worker to spill them`,
+      );
+      const spillDeadline = quick ? 120_000 : 360_000;
       let spilledAll = true;
       await until(
         async () => {
-          if (w.proc.child.exitCode !== null) throw new Error(`worker exited ${w.proc.child.exitCode} while spilling`);
+          if (w.proc.child.exitCode !== null)
+            throw new Error(`worker exited ${w.proc.child.exitCode} while spilling`);
           const counts = await q.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'paused');
           return Object.values(counts).every((v) => v === 0);
         },
@@ -70,20 +82,34 @@ export const backlog: Benchmark = {
       await sleep(5000);
       const parked = (await rssOf(w.proc.pid)) ?? 0;
       const counters = await tenantCounters(c, 'big');
-      log(`spilled after ${spillS.toFixed(0)} s: counters ${JSON.stringify(counters)}; RSS max ${(during / MiB).toFixed(0)} MiB, parked ${(parked / MiB).toFixed(0)} MiB`);
-      if (!spilledAll) notes.push(`the intake queue was not empty after ${spillDeadline / 1000} s: not everything was spilled.`);
-      if (counters.creditsUsed > 0 || counters.queued > 0) notes.push(`while paused the worker held ${counters.creditsUsed} credits / ${counters.queued} queued.`);
+      log(
+        `spilled after ${spillS.toFixed(0)} s: counters ${JSON.stringify(counters)}; RSS max ${(during / MiB).toFixed(0)} MiB, parked ${(parked / MiB).toFixed(0)} MiB`,
+      );
+      if (!spilledAll)
+        notes.push(
+          `the intake queue was not empty after ${spillDeadline / 1000} s: not everything was spilled.`,
+        );
+      if (counters.creditsUsed > 0 || counters.queued > 0)
+        notes.push(
+          `while paused the worker held ${counters.creditsUsed} credits / ${counters.queued} queued.`,
+        );
 
       await c.store.updateTenant('big', (t) => ({ ...t, status: 'active' }));
       const d0 = performance.now();
-      await until(async () => (await sink.stats('big')).count > 0, 'the first drained delivery', 30_000).catch(() => {});
+      await until(
+        async () => (await sink.stats('big')).count > 0,
+        'the first drained delivery',
+        30_000,
+      ).catch(() => {});
       const first = (await sink.stats('big')).count;
       const firstAt = performance.now();
       await sleep(drainMs);
       const st = await sink.stats('big');
       const drainRate = ((st.count - first) * 1000) / (performance.now() - firstAt);
       const all = sampler.stop();
-      log(`drain: ${drainRate.toFixed(0)} deliveries/s, ${st.count} delivered in ${((performance.now() - d0) / 1000).toFixed(0)} s; RSS max overall ${((all.get(w.proc.pid) ?? 0) / MiB).toFixed(0)} MiB`);
+      log(
+        `drain: ${drainRate.toFixed(0)} deliveries/s, ${st.count} delivered in ${((performance.now() - d0) / 1000).toFixed(0)} s; RSS max overall ${((all.get(w.proc.pid) ?? 0) / MiB).toFixed(0)} MiB`,
+      );
       rows.push({
         label: `Spillway worker, ${N.toLocaleString('en-US')} backlog`,
         values: {
@@ -96,6 +122,16 @@ export const backlog: Benchmark = {
           drain: drainRate,
         },
       });
+    } catch (err) {
+      // A worker that dies under the backlog is the finding: keep what was measured up to then.
+      const peak = sampler ? sampler.maxOf(workerPid) : 0;
+      notes.push(
+        `stopped early after ${enqueued.toLocaleString('en-US')} enqueued: ${(err as Error).message.split('\n')[0]}; worker peak RSS ${(peak / MiB).toFixed(0)} MiB.`,
+      );
+      rows.push({
+        label: `Spillway worker, ${N.toLocaleString('en-US')} backlog (incomplete)`,
+        values: { spilling: peak / MiB, draining: peak / MiB },
+      });
     } finally {
       sampler?.stop();
       await q.close().catch(() => {});
@@ -104,7 +140,11 @@ export const backlog: Benchmark = {
       await sink.close();
     }
     const r = rows[0]?.values;
-    const peak = r ? Math.max(r.parked as number, r.spilling as number, r.draining as number) : undefined;
+    const peak = r
+      ? Math.max(
+          ...['parked', 'spilling', 'draining'].map((k) => (typeof r[k] === 'number' ? (r[k] as number) : 0)),
+        )
+      : undefined;
     const goals: Goal[] = [
       {
         what: `worker peak RSS at ${N.toLocaleString('en-US')} backlog${quick ? ' (quick: not the 1 M target size)' : ''}`,

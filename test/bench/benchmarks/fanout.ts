@@ -18,7 +18,9 @@ export const fanout: Benchmark = {
   name: 'fanout',
   title: 'Fan-out delivery',
   method: `Peer: a raw undici Pool (${CONNECTIONS} connections, ${IN_FLIGHT} requests in flight) POSTing the same 256-byte body to the sink. Spillway: one \`spillway start --role worker\` process; a preload of events is enqueued through the router's durable intake (group-committed BullMQ batches in Redis, 256-byte bodies), then the worker is started and drains it: intake job → fan-out → credit queue → signed undici delivery. The tenant's credits cover the whole preload so nothing spills (the spill path is the backlog benchmark). Rate = deliveries ÷ time between the first and the last arrival at the sink; the column "incl. worker start" counts from process start. Tenant concurrency 64 (${CONNECTIONS} connections per origin, the delivery default). The sink is a node:http process answering 200. Full: 30 000 deliveries per case; \`--quick\`: 6 000.`,
-  targets: ['Spillway deliveries/s ≥ 50 % of raw undici to the same sink (a naive BullMQ job per delivery measured 17 %).'],
+  targets: [
+    'Spillway deliveries/s ≥ 50 % of raw undici to the same sink (a naive BullMQ job per delivery measured 17 %).',
+  ],
   async run({ quick, log }) {
     const durationMs = quick ? 5000 : 15_000;
     const warmMs = quick ? 1500 : 3000;
@@ -36,7 +38,12 @@ export const fanout: Benchmark = {
         const t0 = Date.now();
         const worker = async () => {
           while (Date.now() - t0 < durationMs) {
-            const r = await pool.request({ path: '/ok/raw', method: 'POST', body, headers: { 'content-type': 'application/json' } });
+            const r = await pool.request({
+              path: '/ok/raw',
+              method: 'POST',
+              body,
+              headers: { 'content-type': 'application/json' },
+            });
             await r.body.dump();
             n++;
             if (!markT && Date.now() - t0 >= warmMs) {
@@ -62,7 +69,8 @@ export const fanout: Benchmark = {
           const expected = events * perEvent;
           // Credits cover the whole preload so nothing spills: this measures the hot path.
           await c.tenant('acme', { maxInFlight: expected + 1000, concurrency: 64 });
-          for (let e = 0; e < perEvent; e++) await c.endpoint('acme', `ep${e}`, `${sink.url('ok', tag)}/e${e}`);
+          for (let e = 0; e < perEvent; e++)
+            await c.endpoint('acme', `ep${e}`, `${sink.url('ok', tag)}/e${e}`);
           feeder = await openIntake(c);
           const f = feeder;
           const t0 = performance.now();
@@ -81,11 +89,17 @@ export const fanout: Benchmark = {
             notes.push(`${label}: the worker delivered nothing within 30 s; not measured.`);
             continue;
           }
-          await until(async () => (await sink.stats(tag)).count >= expected, 'the preload to drain', quick ? 60_000 : 180_000).catch(() => {});
+          await until(
+            async () => (await sink.stats(tag)).count >= expected,
+            'the preload to drain',
+            quick ? 60_000 : 180_000,
+          ).catch(() => {});
           const st = await sink.stats(tag);
           const rate = (st.count * 1000) / Math.max(1, st.last - st.first);
           const sinceStart = (st.count * 1000) / Math.max(1, st.last - started);
-          log(`${label}: ${rate.toFixed(0)} deliveries/s (${sinceStart.toFixed(0)}/s from worker start); ${st.count}/${expected}; enqueue took ${enqueueS.toFixed(1)} s`);
+          log(
+            `${label}: ${rate.toFixed(0)} deliveries/s (${sinceStart.toFixed(0)}/s from worker start); ${st.count}/${expected}; enqueue took ${enqueueS.toFixed(1)} s`,
+          );
           rows.push({
             label,
             values: {
@@ -109,12 +123,23 @@ export const fanout: Benchmark = {
     }
     const raw = rows[0]?.values.deliveries as number | undefined;
     for (const r of rows)
-      r.values.vsRaw = raw && typeof r.values.deliveries === 'number' ? round(r.values.deliveries / raw, 3) : undefined;
+      r.values.vsRaw =
+        raw && typeof r.values.deliveries === 'number' ? round(r.values.deliveries / raw, 3) : undefined;
     const one = rows.find((r) => r.label.includes(', 1 endpoint'))?.values.vsRaw as number | undefined;
     const ten = rows.find((r) => r.label.includes('10 endpoints'))?.values.vsRaw as number | undefined;
     const goals: Goal[] = [
-      { what: 'Spillway 1 endpoint/event ÷ raw undici deliveries/s', target: '≥ 0.50', measured: one, pass: one === undefined ? undefined : one >= 0.5 },
-      { what: 'Spillway 10 endpoints/event ÷ raw undici deliveries/s', target: '≥ 0.50', measured: ten, pass: ten === undefined ? undefined : ten >= 0.5 },
+      {
+        what: 'Spillway 1 endpoint/event ÷ raw undici deliveries/s',
+        target: '≥ 0.50',
+        measured: one,
+        pass: one === undefined ? undefined : one >= 0.5,
+      },
+      {
+        what: 'Spillway 10 endpoints/event ÷ raw undici deliveries/s',
+        target: '≥ 0.50',
+        measured: ten,
+        pass: ten === undefined ? undefined : ten >= 0.5,
+      },
     ];
     return {
       status: one !== undefined && ten !== undefined ? 'ok' : 'partial',

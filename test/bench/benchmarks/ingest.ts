@@ -4,8 +4,9 @@
  * backends) on the full pipeline — source lookup, HMAC verify, dedup, durable group-committed
  * enqueue into Redis with AOF on — in one run, on the same cores.
  */
-import { forkTs } from '../lib/procs.ts';
+
 import { startNginx } from '../lib/nginx.ts';
+import { forkTs } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { eventBody, postGithub, SpillwayCluster, signGithub } from '../lib/spillway.ts';
 import { round } from '../lib/stats.ts';
@@ -31,8 +32,26 @@ export const ingest: Benchmark = {
     const notes: string[] = [];
     const runTag = `b${Date.now().toString(36)}`;
     const measure = async (label: string, url: string, headers: Record<string, string>, unique?: string) => {
-      await runWrk({ url, body: BODY, headers, uniqueHeader: unique, runTag: `${runTag}w${label.length}`, threads: 1, connections: conns, durationS: warmS });
-      const r = await runWrk({ url, body: BODY, headers, uniqueHeader: unique, runTag: `${runTag}m${rows.length}`, threads: 1, connections: conns, durationS });
+      await runWrk({
+        url,
+        body: BODY,
+        headers,
+        uniqueHeader: unique,
+        runTag: `${runTag}w${label.length}`,
+        threads: 1,
+        connections: conns,
+        durationS: warmS,
+      });
+      const r = await runWrk({
+        url,
+        body: BODY,
+        headers,
+        uniqueHeader: unique,
+        runTag: `${runTag}m${rows.length}`,
+        threads: 1,
+        connections: conns,
+        durationS,
+      });
       log(`${label}: ${r.rps.toFixed(0)} req/s p50 ${r.p50Ms} ms p99 ${r.p99Ms} ms non-2xx ${r.non2xx}`);
       return r;
     };
@@ -50,15 +69,25 @@ export const ingest: Benchmark = {
 
     const nginx = await startNginx(1);
     try {
-      rows.push(row('nginx return 202', await measure('nginx', `http://127.0.0.1:${nginx.port}/ingest/x`, plainHeaders), 'ok'));
+      rows.push(
+        row(
+          'nginx return 202',
+          await measure('nginx', `http://127.0.0.1:${nginx.port}/ingest/x`, plainHeaders),
+          'ok',
+        ),
+      );
     } finally {
       await nginx.close();
     }
 
     const node = forkTs(new URL('../lib/node202-server.ts', import.meta.url));
     try {
-      const port = await new Promise<number>((res) => node.child.once('message', (m: { port: number }) => res(m.port)));
-      rows.push(row('node:http 202', await measure('node', `http://127.0.0.1:${port}/ingest/x`, plainHeaders), 'ok'));
+      const port = await new Promise<number>((res) =>
+        node.child.once('message', (m: { port: number }) => res(m.port)),
+      );
+      rows.push(
+        row('node:http 202', await measure('node', `http://127.0.0.1:${port}/ingest/x`, plainHeaders), 'ok'),
+      );
     } finally {
       await node.stop();
     }
@@ -82,16 +111,25 @@ export const ingest: Benchmark = {
           continue;
         }
         const metrics = await c.metrics(r).catch(() => '');
-        const seen = /backend="(node|uring)"/.exec(metrics)?.[1] ?? /backend[=:"\s]+(node|uring)/.exec(r.proc.out() + r.proc.err())?.[1];
-        if (seen && seen !== backend) notes.push(`${label}: the process reports backend ${seen} (fell back).`);
+        const seen =
+          /backend="(node|uring)"/.exec(metrics)?.[1] ??
+          /backend[=:"\s]+(node|uring)/.exec(r.proc.out() + r.proc.err())?.[1];
+        if (seen && seen !== backend)
+          notes.push(`${label}: the process reports backend ${seen} (fell back).`);
         const headers = {
           'content-type': 'application/json',
           'x-github-event': 'push',
           'x-hub-signature-256': signGithub(src.secret, BODY),
         };
-        const res = await measure(label, `http://127.0.0.1:${r.ingestPort}/ingest/${src.id}`, headers, 'x-github-delivery');
+        const res = await measure(
+          label,
+          `http://127.0.0.1:${r.ingestPort}/ingest/${src.id}`,
+          headers,
+          'x-github-delivery',
+        );
         rows.push(row(label, res, seen && seen !== backend ? `ran as ${seen}` : 'ok'));
-        if (res.non2xx > 0) notes.push(`${label}: ${res.non2xx} responses were not 2xx (429/503 under load count here).`);
+        if (res.non2xx > 0)
+          notes.push(`${label}: ${res.non2xx} responses were not 2xx (429/503 under load count here).`);
       } catch (err) {
         rows.push(row(label, undefined, 'failed to start'));
         notes.push(`${label}: ${(err as Error).message.split('\n')[0]}`);
@@ -102,7 +140,9 @@ export const ingest: Benchmark = {
 
     const by = (l: string) => rows.find((x) => x.label.startsWith(l))?.values.rps as number | undefined;
     const nginxRps = by('nginx');
-    for (const x of rows) x.values.vsNginx = nginxRps && typeof x.values.rps === 'number' ? round(x.values.rps / nginxRps, 3) : undefined;
+    for (const x of rows)
+      x.values.vsNginx =
+        nginxRps && typeof x.values.rps === 'number' ? round(x.values.rps / nginxRps, 3) : undefined;
     const spwNode = by('Spillway ingest (node)');
     const spwUring = by('Spillway ingest (uring)');
     const goals: Goal[] = [

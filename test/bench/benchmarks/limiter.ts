@@ -3,12 +3,13 @@
  * by its own metric and cross-checked with Redis INFO commandstats on a private Redis), then a
  * worker delivering to an endpoint rate-limited at 1 000/s (counted from the worker's /metrics).
  */
-import { LeasedLimiter } from '@spillway/delivery';
-import { registry } from '@spillway/shared';
-import { Redis } from 'ioredis';
+
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { LeasedLimiter } from '@spillway/delivery';
+import { registry } from '@spillway/shared';
+import { Redis } from 'ioredis';
 import { freePort, run, runToEnd, sleep, until } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
@@ -25,7 +26,8 @@ async function commandCalls(r: Redis): Promise<number> {
   const info = await r.info('commandstats');
   let n = 0;
   // Round trips only: commands that a script runs inside Redis are counted by commandstats too.
-  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (/^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro|script\|load)$/.test(m[1]!)) n += Number(m[2]);
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm))
+    if (/^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro|script\|load)$/.test(m[1]!)) n += Number(m[2]);
   return n;
 }
 
@@ -33,7 +35,7 @@ export const limiter: Benchmark = {
   name: 'limiter',
   title: 'Limiter cost',
   method:
-    'In-process: a LeasedLimiter against a private redis-server (so INFO commandstats counts only its calls), 64 callers acquiring tokens on one key with rate 1 000/s, burst 100, for 10 s (`--quick` 4 s); calls = the `spillway_limiter_redis_calls_total` delta, cross-checked with commandstats. End to end: one worker delivering a preload to an endpoint limited to 1 000/s (burst 100) on the project Redis; calls and deliveries from the worker\'s /metrics (`spillway_limiter_redis_calls_total`, `spillway_limiter_tokens_used_total`).',
+    "In-process: a LeasedLimiter against a private redis-server (so INFO commandstats counts only its calls), 64 callers acquiring tokens on one key with rate 1 000/s, burst 100, for 10 s (`--quick` 4 s); calls = the `spillway_limiter_redis_calls_total` delta, cross-checked with commandstats. End to end: one worker delivering a preload to an endpoint limited to 1 000/s (burst 100) on the project Redis; calls and deliveries from the worker's /metrics (`spillway_limiter_redis_calls_total`, `spillway_limiter_tokens_used_total`).",
   targets: ['≤ 0.05 Redis calls per delivery at 1 000/s on one key.'],
   async run({ quick, log }) {
     const seconds = quick ? 4 : 10;
@@ -44,10 +46,26 @@ export const limiter: Benchmark = {
     // 1. The limiter alone, on a Redis of its own.
     const dir = mkdtempSync(join(tmpdir(), 'spw-lim-'));
     const port = await freePort();
-    const rs = run('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no']);
+    const rs = run('redis-server', [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+    ]);
     let redis: Redis | undefined;
     try {
-      await until(async () => (await runToEnd('redis-cli', ['-p', String(port), 'ping'], 2000)).out.includes('PONG'), 'private redis', 10_000, 100);
+      await until(
+        async () => (await runToEnd('redis-cli', ['-p', String(port), 'ping'], 2000)).out.includes('PONG'),
+        'private redis',
+        10_000,
+        100,
+      );
       redis = new Redis({ port, host: '127.0.0.1' });
       const lim = new LeasedLimiter({ redis });
       const metric = async () => metricSum(await registry.metrics(), 'spillway_limiter_redis_calls_total');
@@ -66,10 +84,18 @@ export const limiter: Benchmark = {
       const calls = (await metric()) - c0;
       const cmd = (await commandCalls(redis)) - r0;
       await lim.close();
-      log(`limiter alone: ${taken} tokens in ${elapsed.toFixed(1)} s, ${calls} lease calls (commandstats ${cmd})`);
+      log(
+        `limiter alone: ${taken} tokens in ${elapsed.toFixed(1)} s, ${calls} lease calls (commandstats ${cmd})`,
+      );
       rows.push({
         label: 'LeasedLimiter alone (1 key)',
-        values: { rate: taken / elapsed, deliveries: taken, calls, cmd, perDelivery: calls / Math.max(1, taken) },
+        values: {
+          rate: taken / elapsed,
+          deliveries: taken,
+          calls,
+          cmd,
+          perDelivery: calls / Math.max(1, taken),
+        },
       });
     } catch (err) {
       notes.push(`limiter alone: ${(err as Error).message.split('\n')[0]}`);
@@ -88,7 +114,8 @@ export const limiter: Benchmark = {
       await c.tenant('acme', { maxInFlight: N + 1000, concurrency: 64 });
       await c.endpoint('acme', 'ep', sink.url('ok', 'lim'), { rate });
       feeder = await openIntake(c);
-      for (let i = 0; i < N; i += 1000) await Promise.all(Array.from({ length: Math.min(1000, N - i) }, () => feeder!.submit('acme')));
+      for (let i = 0; i < N; i += 1000)
+        await Promise.all(Array.from({ length: Math.min(1000, N - i) }, () => feeder!.submit('acme')));
       const w = await c.startRole('worker');
       await until(async () => (await sink.stats('lim')).count > 0, 'first delivery', 30_000);
       await sleep(1000);
@@ -99,13 +126,21 @@ export const limiter: Benchmark = {
       const m1 = await c.metrics(w);
       const s1 = (await sink.stats('lim')).count;
       const elapsed = (performance.now() - t0) / 1000;
-      const calls = metricSum(m1, 'spillway_limiter_redis_calls_total') - metricSum(m0, 'spillway_limiter_redis_calls_total');
+      const calls =
+        metricSum(m1, 'spillway_limiter_redis_calls_total') -
+        metricSum(m0, 'spillway_limiter_redis_calls_total');
       const delivered = s1 - s0;
       log(`worker: ${delivered} deliveries in ${elapsed.toFixed(1)} s, ${calls} lease calls`);
-      if (!m1.includes('spillway_limiter_redis_calls_total')) notes.push('the worker does not expose spillway_limiter_redis_calls_total.');
+      if (!m1.includes('spillway_limiter_redis_calls_total'))
+        notes.push('the worker does not expose spillway_limiter_redis_calls_total.');
       rows.push({
         label: 'Spillway worker, endpoint rate 1000/s',
-        values: { rate: delivered / elapsed, deliveries: delivered, calls, perDelivery: calls / Math.max(1, delivered) },
+        values: {
+          rate: delivered / elapsed,
+          deliveries: delivered,
+          calls,
+          perDelivery: calls / Math.max(1, delivered),
+        },
       });
     } catch (err) {
       notes.push(`worker: ${(err as Error).message.split('\n')[0]}`);

@@ -39,13 +39,21 @@ export const noisy: Benchmark = {
 
       const phase = async (tid: 'calm1' | 'calm2', withFlood: boolean) => {
         await sink.reset(tid);
-        const floodRun = withFlood ? openLoop(() => f.submit('flood'), R * 10, phaseMs) : Promise.resolve({ sent: 0, errors: 0 });
+        const floodRun = withFlood
+          ? openLoop(() => f.submit('flood'), R * 10, phaseMs)
+          : Promise.resolve({ sent: 0, errors: 0 });
         const [calm, flood] = await Promise.all([openLoop(() => f.submit(tid), R, phaseMs), floodRun]);
         // Every calm event must arrive: one that never does is not a fast one. Bounded wait.
-        await until(async () => (await sink.stats(tid)).count >= calm.sent, 'calm to drain', quick ? 20_000 : 40_000).catch(() => {});
+        await until(
+          async () => (await sink.stats(tid)).count >= calm.sent,
+          'calm to drain',
+          quick ? 20_000 : 40_000,
+        ).catch(() => {});
         const st = await sink.stats(tid);
         const fc = withFlood ? await tenantCounters(c, 'flood') : undefined;
-        log(`${withFlood ? 'with flood' : 'alone'}: ${st.count}/${calm.sent} arrived; p50 ${st.latP50.toFixed(1)} ms p99 ${st.latP99.toFixed(1)} ms (flood sent ${flood.sent}${fc ? `, spilled ${fc.spilled}, in flight ${fc.inFlight}` : ''})`);
+        log(
+          `${withFlood ? 'with flood' : 'alone'}: ${st.count}/${calm.sent} arrived; p50 ${st.latP50.toFixed(1)} ms p99 ${st.latP99.toFixed(1)} ms (flood sent ${flood.sent}${fc ? `, spilled ${fc.spilled}, in flight ${fc.inFlight}` : ''})`,
+        );
         // Events still missing count as slower than anything seen.
         const p99 = st.count >= calm.sent ? st.latP99 : Number.POSITIVE_INFINITY;
         return { st, calm, flood, fc, p99 };
@@ -54,13 +62,30 @@ export const noisy: Benchmark = {
       const noisyP = await phase('calm2', true);
       rows.push({
         label: 'Spillway calm tenant alone',
-        values: { rate: R, p50: alone.st.latP50, p99: alone.p99, max: alone.st.latMax, n: `${alone.st.count}/${alone.calm.sent}`, flood: 0 },
+        values: {
+          rate: R,
+          p50: alone.st.latP50,
+          p99: alone.p99,
+          max: alone.st.latMax,
+          n: `${alone.st.count}/${alone.calm.sent}`,
+          flood: 0,
+        },
       });
       rows.push({
         label: 'Spillway calm tenant + 10× flood',
-        values: { rate: R, p50: noisyP.st.latP50, p99: noisyP.p99, max: noisyP.st.latMax, n: `${noisyP.st.count}/${noisyP.calm.sent}`, flood: noisyP.flood.sent },
+        values: {
+          rate: R,
+          p50: noisyP.st.latP50,
+          p99: noisyP.p99,
+          max: noisyP.st.latMax,
+          n: `${noisyP.st.count}/${noisyP.calm.sent}`,
+          flood: noisyP.flood.sent,
+        },
       });
-      if (noisyP.fc) notes.push(`flood tenant at the end: ${noisyP.fc.spilled} spilled, ${noisyP.fc.inFlight} in flight, ${noisyP.fc.creditsUsed} credits used.`);
+      if (noisyP.fc)
+        notes.push(
+          `flood tenant at the end: ${noisyP.fc.spilled} spilled, ${noisyP.fc.inFlight} in flight, ${noisyP.fc.creditsUsed} credits used.`,
+        );
       const rssNote = await import('../lib/procs.ts').then((p) => p.rssOf(w.proc.pid));
       if (rssNote) notes.push(`worker RSS at the end: ${(rssNote / 2 ** 20).toFixed(0)} MiB.`);
     } finally {
@@ -71,10 +96,21 @@ export const noisy: Benchmark = {
     const a = rows[0]?.values.p99 as number | undefined;
     const b = rows[1]?.values.p99 as number | undefined;
     const ratio = a && b ? b / a : undefined;
-    if (b === Number.POSITIVE_INFINITY) notes.push('Some calm events had not arrived by the end of the bounded wait: p99 shown as —, ratio unbounded.');
+    if (b === Number.POSITIVE_INFINITY)
+      notes.push(
+        'Some calm events had not arrived by the end of the bounded wait: p99 shown as —, ratio unbounded.',
+      );
     if (rows[1]) rows[1].values.ratio = ratio === undefined ? undefined : round(ratio, 2);
     if (rows[0]) rows[0].values.ratio = 1;
-    const goals: Goal[] = [{ what: 'calm p99 with flood ÷ alone', target: '≤ 1.5', measured: ratio, shown: ratio === Number.POSITIVE_INFINITY ? 'unbounded (calm events missing)' : undefined, pass: ratio === undefined ? undefined : ratio <= 1.5 }];
+    const goals: Goal[] = [
+      {
+        what: 'calm p99 with flood ÷ alone',
+        target: '≤ 1.5',
+        measured: ratio,
+        shown: ratio === Number.POSITIVE_INFINITY ? 'unbounded (calm events missing)' : undefined,
+        pass: ratio === undefined ? undefined : ratio <= 1.5,
+      },
+    ];
     return {
       status: ratio === undefined ? 'partial' : 'ok',
       columns: [

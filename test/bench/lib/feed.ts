@@ -1,5 +1,5 @@
-import type { Sink } from './sink.ts';
 import { sleep } from './procs.ts';
+import type { Sink } from './sink.ts';
 
 /**
  * Closed-loop feeder: keeps at most `window` deliveries outstanding (submitted × per-event minus

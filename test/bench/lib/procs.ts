@@ -117,7 +117,12 @@ export async function freePort(): Promise<number> {
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Polls `pred` until truthy; throws naming `what` after `timeoutMs`. */
-export async function until<T>(pred: () => T | Promise<T>, what: string, timeoutMs: number, everyMs = 50): Promise<T> {
+export async function until<T>(
+  pred: () => T | Promise<T>,
+  what: string,
+  timeoutMs: number,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await pred();

@@ -68,7 +68,10 @@ const fmt = (v: number | string | undefined, digits = 0): string => {
 
 export function tableLines(r: BenchResult): string[] {
   const headers = ['', ...r.columns.map((c) => c.header)];
-  const body = r.rows.map((row) => [row.label, ...r.columns.map((c) => fmt(row.values[c.key], c.digits ?? 0))]);
+  const body = r.rows.map((row) => [
+    row.label,
+    ...r.columns.map((c) => fmt(row.values[c.key], c.digits ?? 0)),
+  ]);
   const widths = headers.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (cells: string[]) =>
     `| ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ')} |`;
@@ -109,7 +112,9 @@ export function svgChart(file: ResultsFile, order: string[]): string {
     const r = file.results[name];
     if (!r?.chart) continue;
     const key = r.chart.key;
-    const rows = r.rows.filter((row) => typeof row.values[key] === 'number' && Number.isFinite(row.values[key]));
+    const rows = r.rows.filter(
+      (row) => typeof row.values[key] === 'number' && Number.isFinite(row.values[key]),
+    );
     parts.push(
       `<text x="16" y="${y}" font-size="15" font-weight="bold">${esc(r.title)} — ${esc(r.chart.unit)}${r.status === 'ok' ? '' : ` (${r.status})`}</text>`,
     );
@@ -128,7 +133,7 @@ export function svgChart(file: ResultsFile, order: string[]): string {
       parts.push(
         `<text x="${labelW - 8}" y="${by + 15}" font-size="12" text-anchor="end">${esc(row.label)}</text>`,
         `<rect x="${labelW}" y="${by + 3}" width="${w.toFixed(1)}" height="${rowH - 6}" fill="${spill ? '#1f77b4' : '#9aa5b1'}"/>`,
-        `<text x="${labelW + w + 6}" y="${by + 15}" font-size="12">${esc(fmt(v, v < 10 ? 2 : 0))}</text>`,
+        `<text x="${(labelW + w + 6).toFixed(1)}" y="${by + 15}" font-size="12">${esc(fmt(v, v < 10 ? 2 : 0))}</text>`,
       );
     });
     y += rows.length * rowH + 30;
@@ -192,7 +197,15 @@ export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string,
   ];
   for (const s of specs) {
     const r = file.results[s.name];
-    lines.push(`## ${s.title} (\`--only ${s.name}\`)`, '', s.method, '', '**Targets:**', ...s.targets.map((t) => `- ${t}`), '');
+    lines.push(
+      `## ${s.title} (\`--only ${s.name}\`)`,
+      '',
+      s.method,
+      '',
+      '**Targets:**',
+      ...s.targets.map((t) => `- ${t}`),
+      '',
+    );
     if (!r) {
       lines.push('**Last result:** not run yet.', '');
       continue;
@@ -208,7 +221,15 @@ export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string,
     );
   }
   lines.push('## Chaos', '', CHAOS_TEXT, '');
-  if (chaos) lines.push(`**Last run** (${chaos.generatedAt}, \`${chaos.command}\`, ${chaos.form} form, seed ${chaos.seed}):`, '', '```', ...chaos.lines, '```', '');
+  if (chaos)
+    lines.push(
+      `**Last run** (${chaos.generatedAt}, \`${chaos.command}\`, ${chaos.form} form, seed ${chaos.seed}):`,
+      '',
+      '```',
+      ...chaos.lines,
+      '```',
+      '',
+    );
   else lines.push('**Last run:** not run yet.', '');
   return `${lines.join('\n')}\n`;
 }
@@ -216,12 +237,23 @@ export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string,
 export function writeAll(dir: string, file: ResultsFile, specs: BenchSpec[], intro: string): void {
   mkdirSync(dir, { recursive: true });
   writeFileSync(`${dir}/results.json`, `${JSON.stringify(file, null, 2)}\n`);
-  writeFileSync(`${dir}/results.svg`, svgChart(file, specs.map((s) => s.name)));
+  writeFileSync(
+    `${dir}/results.svg`,
+    svgChart(
+      file,
+      specs.map((s) => s.name),
+    ),
+  );
   writeReadme(dir, file, specs, intro);
 }
 
 /** Re-renders README.md from results.json and chaos.json (either may be missing). */
-export function writeReadme(dir: string, file: ResultsFile | undefined, specs: BenchSpec[], intro: string): void {
+export function writeReadme(
+  dir: string,
+  file: ResultsFile | undefined,
+  specs: BenchSpec[],
+  intro: string,
+): void {
   let chaos: ChaosFile | undefined;
   try {
     chaos = JSON.parse(readFileSync(`${dir}/chaos.json`, 'utf8')) as ChaosFile;
@@ -229,7 +261,16 @@ export function writeReadme(dir: string, file: ResultsFile | undefined, specs: B
   const empty: ResultsFile = {
     generatedAt: 'never',
     command: 'pnpm bench',
-    machine: { cpuModel: '?', cores: 0, memTotalMiB: 0, memFreeMiB: 0, kernel: '?', node: '?', loadAvg1m: 0, versions: {} },
+    machine: {
+      cpuModel: '?',
+      cores: 0,
+      memTotalMiB: 0,
+      memFreeMiB: 0,
+      kernel: '?',
+      node: '?',
+      loadAvg1m: 0,
+      versions: {},
+    },
     results: {},
   };
   writeFileSync(`${dir}/README.md`, readmeText(file ?? empty, specs, intro, chaos));

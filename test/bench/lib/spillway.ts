@@ -6,12 +6,21 @@
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { createKeys, createRedis, loadConfig, type Endpoint, type Source, type Tenant } from '@spillway/shared';
+import {
+  createKeys,
+  createRedis,
+  type Endpoint,
+  loadConfig,
+  type Source,
+  type Tenant,
+} from '@spillway/shared';
 import { Kafka, logLevel } from 'kafkajs';
 import { ConfigStore } from '../../../packages/router/src/store.ts';
 import { type Proc, run, sleep, until } from './procs.ts';
 
-export const SPILLWAY_BIN = fileURLToPath(new URL('../../../packages/router/bin/spillway.mjs', import.meta.url));
+export const SPILLWAY_BIN = fileURLToPath(
+  new URL('../../../packages/router/bin/spillway.mjs', import.meta.url),
+);
 export const REDIS_URL = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390';
 export const KAFKA_BROKERS = process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092';
 
@@ -82,7 +91,12 @@ export class SpillwayCluster {
     });
   }
 
-  async endpoint(tenantId: string, id: string, url: string, extra: Partial<Endpoint> = {}): Promise<Endpoint> {
+  async endpoint(
+    tenantId: string,
+    id: string,
+    url: string,
+    extra: Partial<Endpoint> = {},
+  ): Promise<Endpoint> {
     return this.store.createEndpoint({
       id,
       tenantId,
@@ -116,7 +130,9 @@ export class SpillwayCluster {
       await until(
         () => {
           if (proc.child.exitCode !== null)
-            throw new Error(`spillway --role ${role} exited ${proc.child.exitCode}: ${proc.err().trim().slice(-600)}`);
+            throw new Error(
+              `spillway --role ${role} exited ${proc.child.exitCode}: ${proc.err().trim().slice(-600)}`,
+            );
           return /admin:\s+http:\/\/[\d.]+:(\d+)/.exec(proc.out())?.[1];
         },
         `spillway --role ${role} to print its URLs`,
@@ -163,7 +179,11 @@ export async function deletePrefix(redis: ReturnType<typeof createRedis>, prefix
 }
 
 export async function deleteTopic(brokers: string, topic: string): Promise<void> {
-  const admin = new Kafka({ clientId: 'spw-bench-cleanup', brokers: brokers.split(','), logLevel: logLevel.NOTHING }).admin();
+  const admin = new Kafka({
+    clientId: 'spw-bench-cleanup',
+    brokers: brokers.split(','),
+    logLevel: logLevel.NOTHING,
+  }).admin();
   await admin.connect();
   try {
     const topics = await admin.listTopics();
@@ -206,7 +226,12 @@ export async function openIntake(c: SpillwayCluster) {
   const { createIntake } = await import('../../../packages/router/src/intake.ts');
   const { createLogger } = await import('@spillway/shared');
   const config = loadConfig(c.env);
-  const intake = createIntake({ redis: c.redis, keys: createKeys(c.prefix), logger: createLogger('warn'), config });
+  const intake = createIntake({
+    redis: c.redis,
+    keys: createKeys(c.prefix),
+    logger: createLogger('warn'),
+    config,
+  });
   let seq = 0;
   const tag = randomBytes(3).toString('hex');
   return {
@@ -241,7 +266,16 @@ export interface TenantCounters {
 /** Sums what every live worker published for one tenant (the same numbers the admin stats sum). */
 export async function tenantCounters(c: SpillwayCluster, tid: string): Promise<TenantCounters> {
   const keys = createKeys(c.prefix);
-  const sum: TenantCounters = { queued: 0, inFlight: 0, creditsUsed: 0, spilled: 0, retrying: 0, delivered: 0, failed: 0, workers: 0 };
+  const sum: TenantCounters = {
+    queued: 0,
+    inFlight: 0,
+    creditsUsed: 0,
+    spilled: 0,
+    retrying: 0,
+    delivered: 0,
+    failed: 0,
+    workers: 0,
+  };
   const ids = (await c.redis.zrange(keys.workers, 0, -1)) as string[];
   for (const id of ids) {
     const raw = await c.redis.get(keys.workerStats(id));
@@ -249,13 +283,26 @@ export async function tenantCounters(c: SpillwayCluster, tid: string): Promise<T
     sum.workers++;
     const t = (JSON.parse(raw) as { tenants: Record<string, Partial<TenantCounters>> }).tenants[tid];
     if (!t) continue;
-    for (const k of ['queued', 'inFlight', 'creditsUsed', 'spilled', 'retrying', 'delivered', 'failed'] as const) sum[k] += t[k] ?? 0;
+    for (const k of [
+      'queued',
+      'inFlight',
+      'creditsUsed',
+      'spilled',
+      'retrying',
+      'delivered',
+      'failed',
+    ] as const)
+      sum[k] += t[k] ?? 0;
   }
   return sum;
 }
 
 /** Submits `perSecond` events for `durationMs` on a 10 ms tick (open loop: never waits for delivery). */
-export async function openLoop(submit: () => Promise<unknown>, perSecond: number, durationMs: number): Promise<{ sent: number; errors: number }> {
+export async function openLoop(
+  submit: () => Promise<unknown>,
+  perSecond: number,
+  durationMs: number,
+): Promise<{ sent: number; errors: number }> {
   const start = performance.now();
   let sent = 0;
   let errors = 0;
@@ -274,4 +321,10 @@ export async function openLoop(submit: () => Promise<unknown>, perSecond: number
   }
   await Promise.all(pending);
   return { sent, errors };
+}
+
+/** "worker pid 123 exited 1: <last stderr lines>" for a role process that died on its own. */
+export function describeDeath(r: RoleProc): string {
+  const tail = (r.proc.err() || r.proc.out()).trim().split('\n').slice(-4).join(' | ').slice(-600);
+  return `${r.role} pid ${r.proc.pid} exited ${r.proc.child.exitCode ?? r.proc.child.signalCode}: ${tail}`;
 }

@@ -27,7 +27,8 @@ export interface WrkOptions {
   durationS: number;
 }
 
-const luaStr = (s: string) => `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n').replace(/\r/g, '\\r')}"`;
+const luaStr = (s: string) =>
+  `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n').replace(/\r/g, '\\r')}"`;
 
 function unit(v: string, u: string): number {
   const n = Number(v);
@@ -81,19 +82,33 @@ function setup(thread)
   n = n + 1
   thread:set("tid", n)
 end
-${o.uniqueHeader ? `function request()
+${
+  o.uniqueHeader
+    ? `function request()
   counter = counter + 1
   return pre .. ${luaStr(o.uniqueHeader)} .. ": " .. ${luaStr(o.runTag)} .. "-" .. tid .. "-" .. counter .. "\\r\\n\\r\\n" .. body
-end` : `local fixed = pre .. "\\r\\n" .. body
+end`
+    : `local fixed = pre .. "\\r\\n" .. body
 function request()
   return fixed
-end`}
+end`
+}
 `,
   );
   try {
     const r = await runToEnd(
       'wrk',
-      [`-t${o.threads}`, `-c${o.connections}`, `-d${o.durationS}s`, '--latency', '--timeout', '10s', '-s', script, o.url],
+      [
+        `-t${o.threads}`,
+        `-c${o.connections}`,
+        `-d${o.durationS}s`,
+        '--latency',
+        '--timeout',
+        '10s',
+        '-s',
+        script,
+        o.url,
+      ],
       (o.durationS + 30) * 1000,
     );
     if (r.code !== 0) throw new Error(`wrk failed (${r.code}): ${r.err || r.out}`);

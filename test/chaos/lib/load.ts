@@ -5,8 +5,8 @@
  * got no 2xx is not Spillway's to deliver.
  */
 import { randomBytes } from 'node:crypto';
-import { Agent, request } from 'undici';
 import type { Source } from '@spillway/shared';
+import { Agent, request } from 'undici';
 import { sleep } from '../../bench/lib/procs.ts';
 import { eventBody, signGithub } from '../../bench/lib/spillway.ts';
 import { Samples } from '../../bench/lib/stats.ts';
@@ -20,7 +20,12 @@ export class LoadGen {
   sent = 0;
   #stop = false;
   #loop: Promise<void> | undefined;
-  readonly #agent = new Agent({ connections: 64, headersTimeout: 15_000, bodyTimeout: 15_000, keepAliveTimeout: 4000 });
+  readonly #agent = new Agent({
+    connections: 64,
+    headersTimeout: 15_000,
+    bodyTimeout: 15_000,
+    keepAliveTimeout: 4000,
+  });
   readonly #pending = new Set<Promise<void>>();
 
   readonly port: () => number;

@@ -1,6 +1,6 @@
-import { MiB } from '../../bench/lib/stats.ts';
-import type { Sink } from '../../bench/lib/sink.ts';
 import { until } from '../../bench/lib/procs.ts';
+import type { Sink } from '../../bench/lib/sink.ts';
+import { MiB } from '../../bench/lib/stats.ts';
 import type { LoadGen } from './load.ts';
 
 /** What every chaos scenario reports, as one line. */
@@ -47,7 +47,13 @@ export async function settle(load: LoadGen, sink: Sink, tag: string, timeoutMs: 
     if (seen.has(id)) delivered++;
     else if (missing.length < 5) missing.push(id);
   }
-  return { delivered, lost: want - delivered, duplicates: st.dupes, missing, extraDelivered: seen.size - delivered };
+  return {
+    delivered,
+    lost: want - delivered,
+    duplicates: st.dupes,
+    missing,
+    extraDelivered: seen.size - delivered,
+  };
 }
 
 export const toMiB = (b: number) => b / MiB;

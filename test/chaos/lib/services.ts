@@ -21,10 +21,27 @@ export class OwnRedis {
     if (!this.port) this.port = await freePort();
     // AOF everysec, like production; noeviction as Spillway requires.
     this.proc = run('redis-server', [
-      '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', '',
-      '--appendonly', 'yes', '--appendfsync', 'everysec', '--maxmemory-policy', 'noeviction',
+      '--port',
+      String(this.port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      this.dir,
+      '--save',
+      '',
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'everysec',
+      '--maxmemory-policy',
+      'noeviction',
     ]);
-    await until(async () => (await runToEnd('redis-cli', ['-p', String(this.port), 'ping'], 2000)).out.includes('PONG'), `redis on ${this.port}`, 20_000, 100);
+    await until(
+      async () => (await runToEnd('redis-cli', ['-p', String(this.port), 'ping'], 2000)).out.includes('PONG'),
+      `redis on ${this.port}`,
+      20_000,
+      100,
+    );
   }
 
   /** SHUTDOWN (the AOF is flushed and fsynced: an orderly stop, as an operator's restart is). */

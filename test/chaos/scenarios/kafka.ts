@@ -5,7 +5,7 @@
  */
 import { rssSampler, sleep } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
-import { SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
+import { describeDeath, SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
 import { OwnKafka } from '../lib/services.ts';
@@ -18,7 +18,10 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
   log('starting a Kafka broker of our own');
   await own.start();
   const sink = await startSink({ trackIds: true });
-  const c = new SpillwayCluster('ckf', { kafkaBrokers: own.brokers, extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' } });
+  const c = new SpillwayCluster('ckf', {
+    kafkaBrokers: own.brokers,
+    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
+  });
   const failures: string[] = [];
   let load: LoadGen | undefined;
   const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
@@ -46,11 +49,14 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
     await sleep(short ? 5000 : 10_000);
     await l.stop();
     const spilledAfter = (await tenantCounters(c, 'acme')).spilled;
-    log(`load stopped: sent ${l.sent}, accepted ${l.accepted.size}, spilled ${spilledAfter}; resuming the tenant`);
+    log(
+      `load stopped: sent ${l.sent}, accepted ${l.accepted.size}, spilled ${spilledAfter}; resuming the tenant`,
+    );
     await c.store.updateTenant('acme', (t) => ({ ...t, status: 'active' }));
     const s = await settle(l, sink, 'kf', short ? 120_000 : 180_000);
-    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(`${r.role} exited (${r.proc.child.exitCode}): needed a restart`);
-    if (spilledBefore === 0) failures.push('nothing was spilled before Kafka stopped (the scenario did not test the spill)');
+    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
+    if (spilledBefore === 0)
+      failures.push('nothing was spilled before Kafka stopped (the scenario did not test the spill)');
     if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
     return {
       scenario: 'kafka-restart',
@@ -65,7 +71,11 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
         spilled_before_stop: spilledBefore,
         spilled_total: spilledAfter,
         down_s: Math.round((Date.now() - downAt) / 1000),
-        other: [...l.statuses].filter(([k]) => !['202', '503'].includes(k)).map(([k, v]) => `${k}:${v}`).join(',') || 'none',
+        other:
+          [...l.statuses]
+            .filter(([k]) => !['202', '503'].includes(k))
+            .map(([k, v]) => `${k}:${v}`)
+            .join(',') || 'none',
       },
       failures,
       seconds: (Date.now() - t0) / 1000,

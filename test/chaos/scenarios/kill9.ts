@@ -5,7 +5,7 @@
  */
 import { freePort, rssSampler, sleep } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
-import { type RoleName, type RoleProc, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { describeDeath, type RoleName, type RoleProc, SpillwayCluster } from '../../bench/lib/spillway.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
@@ -22,18 +22,24 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
   const t0 = Date.now();
   const sink = await startSink({ trackIds: true });
   const ingestPort = await freePort();
-  const c = new SpillwayCluster('ck', { extra: { SPILLWAY_INGEST_PORT: String(ingestPort), SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' } });
-  const load = new LoadGen(() => ingestPort, await (async () => {
-    await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
-    await c.endpoint('acme', 'ep', sink.url('ok', 'k9'));
-    return c.githubSource('acme', 'gh');
-  })());
+  const c = new SpillwayCluster('ck', {
+    extra: { SPILLWAY_INGEST_PORT: String(ingestPort), SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
+  });
+  const load = new LoadGen(
+    () => ingestPort,
+    await (async () => {
+      await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
+      await c.endpoint('acme', 'ep', sink.url('ok', 'k9'));
+      return c.githubSource('acme', 'gh');
+    })(),
+  );
   const live: RoleProc[] = [];
   const rss = rssSampler(() => live.map((r) => r.proc.pid));
   const failures: string[] = [];
   const kills: Record<string, number> = { ingest: 0, worker: 0, admin: 0 };
   try {
-    for (const role of ['ingest', 'ingest', 'worker', 'worker', 'admin'] as RoleName[]) live.push(await c.startRole(role));
+    for (const role of ['ingest', 'ingest', 'worker', 'worker', 'admin'] as RoleName[])
+      live.push(await c.startRole(role));
     load.start(rate);
     await sleep(2000);
     for (let round = 1; round <= rounds; round++) {
@@ -42,7 +48,9 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
       const victim = live[i]!;
       await victim.proc.kill9();
       kills[victim.role] = (kills[victim.role] ?? 0) + 1;
-      log(`round ${round}: kill -9 ${victim.role} pid ${victim.proc.pid}; accepted so far ${load.accepted.size}`);
+      log(
+        `round ${round}: kill -9 ${victim.role} pid ${victim.proc.pid}; accepted so far ${load.accepted.size}`,
+      );
       await sleep(200 + random() * 1000);
       try {
         live[i] = await c.startRole(victim.role);
@@ -55,7 +63,7 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
     await load.stop();
     log(`load stopped: sent ${load.sent}, accepted ${load.accepted.size}; waiting for delivery`);
     const s = await settle(load, sink, 'k9', short ? 90_000 : 150_000);
-    for (const r of live) if (r.proc.child.exitCode !== null) failures.push(`${r.role} pid ${r.proc.pid} died on its own`);
+    for (const r of live) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
     if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
     return {
       scenario: 'kill-9',
@@ -66,7 +74,12 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
       lost: s.lost,
       s503: load.count('503'),
       maxRssMiB: toMiB(rss.max()),
-      extra: { rounds, seed, kills: `ingest:${kills.ingest},worker:${kills.worker},admin:${kills.admin}`, conn_errors: [...load.statuses].filter(([k]) => k.startsWith('error')).reduce((a, [, v]) => a + v, 0) },
+      extra: {
+        rounds,
+        seed,
+        kills: `ingest:${kills.ingest},worker:${kills.worker},admin:${kills.admin}`,
+        conn_errors: [...load.statuses].filter(([k]) => k.startsWith('error')).reduce((a, [, v]) => a + v, 0),
+      },
       failures,
       seconds: (Date.now() - t0) / 1000,
     };

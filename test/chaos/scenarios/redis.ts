@@ -4,7 +4,7 @@
  */
 import { rssSampler, sleep } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
-import { SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { describeDeath, SpillwayCluster } from '../../bench/lib/spillway.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
 import { OwnRedis } from '../lib/services.ts';
@@ -16,7 +16,10 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
   const own = new OwnRedis();
   await own.start();
   const sink = await startSink({ trackIds: true });
-  const c = new SpillwayCluster('cr', { redisUrl: own.url, extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' } });
+  const c = new SpillwayCluster('cr', {
+    redisUrl: own.url,
+    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
+  });
   const failures: string[] = [];
   let load: LoadGen | undefined;
   const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
@@ -37,19 +40,29 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
     const downAt = Date.now();
     await sleep(10_000);
     const during = { accepted: l.accepted.size, s503: l.count('503') };
-    const readyDuring = await fetch(`http://127.0.0.1:${ingest.adminPort}/readyz`).then((r) => r.status, () => 0);
+    const readyDuring = await fetch(`http://127.0.0.1:${ingest.adminPort}/readyz`).then(
+      (r) => r.status,
+      () => 0,
+    );
     await own.start();
-    log(`Redis back after ${((Date.now() - downAt) / 1000).toFixed(1)} s; 503s while down ${during.s503 - before.s503}, accepted while down ${during.accepted - before.accepted}, /readyz was ${readyDuring}`);
+    log(
+      `Redis back after ${((Date.now() - downAt) / 1000).toFixed(1)} s; 503s while down ${during.s503 - before.s503}, accepted while down ${during.accepted - before.accepted}, /readyz was ${readyDuring}`,
+    );
     await sleep(short ? 8000 : 15_000);
     const after = l.accepted.size;
     await l.stop();
-    const readyAfter = await fetch(`http://127.0.0.1:${ingest.adminPort}/readyz`).then((r) => r.status, () => 0);
-    log(`load stopped: sent ${l.sent}, accepted ${l.accepted.size} (${after - during.accepted} after the restart); waiting for delivery`);
+    const readyAfter = await fetch(`http://127.0.0.1:${ingest.adminPort}/readyz`).then(
+      (r) => r.status,
+      () => 0,
+    );
+    log(
+      `load stopped: sent ${l.sent}, accepted ${l.accepted.size} (${after - during.accepted} after the restart); waiting for delivery`,
+    );
     const s = await settle(l, sink, 'rd', short ? 90_000 : 150_000);
     if (during.s503 - before.s503 === 0) failures.push('no 503 while Redis was down');
     if (after - during.accepted === 0) failures.push('ingest accepted nothing after Redis came back');
     if (readyAfter !== 200) failures.push(`/readyz answered ${readyAfter} after Redis came back`);
-    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(`${r.role} exited (${r.proc.child.exitCode}): needed a restart`);
+    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
     if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
     return {
       scenario: 'redis-restart',
@@ -64,7 +77,11 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
         down_s: 10,
         accepted_while_down: during.accepted - before.accepted,
         readyz_while_down: readyDuring,
-        other: [...l.statuses].filter(([k]) => !['202', '503'].includes(k)).map(([k, v]) => `${k}:${v}`).join(',') || 'none',
+        other:
+          [...l.statuses]
+            .filter(([k]) => !['202', '503'].includes(k))
+            .map(([k, v]) => `${k}:${v}`)
+            .join(',') || 'none',
       },
       failures,
       seconds: (Date.now() - t0) / 1000,
