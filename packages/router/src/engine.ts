@@ -1,8 +1,10 @@
 import type { DeliveryRecord, Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
 import { Credits } from './credits.ts';
+import type { TenantCounters as SharedCounters } from './counters.ts';
 import type { DeliveryPort } from './deliver.ts';
 import type { DeliveryTask } from './fanout.ts';
 import { pushDlq, type RecordWriter } from './records.ts';
+import { addGaugeSource, dlqWritesTotal } from './metrics.ts';
 import type { RetryScheduler } from './retry.ts';
 import type { SpillProducer } from './spill/producer.ts';
 import type { ConfigCache } from './store.ts';
@@ -43,6 +45,8 @@ export interface EngineDeps {
   spill: SpillProducer;
   retries: RetryScheduler;
   records: RecordWriter;
+  /** Shared per-tenant counters in Redis (what GET .../stats shows for spilled, retrying, delivered, failed). */
+  counters: SharedCounters;
   retryScheduleMs: readonly number[];
   /** A 410 Gone means the receiver is gone for good: the endpoint is disabled (no more fan-out to it). */
   disableEndpoint?: (tenantId: string, endpointId: string, reason: string) => Promise<void>;
@@ -70,9 +74,18 @@ export class Engine {
   readonly #wakers = new Set<() => void>();
   readonly #refresh: NodeJS.Timeout;
   readonly #unsubscribe: () => void;
+  readonly #ungauge: () => void;
 
   constructor(deps: EngineDeps) {
     this.#d = deps;
+    this.#ungauge = addGaugeSource({
+      creditsUsed: () => this.credits.entries(),
+      tasksInMemory: () => {
+        let n = 0;
+        for (const set of this.#held.values()) n += set.size;
+        return n;
+      },
+    });
     this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
     this.#refresh = setInterval(() => {
       for (const tid of this.#views.keys()) void this.#reload(tid);
@@ -204,9 +217,11 @@ export class Engine {
     this.#finish(held);
   }
 
-  #spill(task: DeliveryTask): Promise<void> {
+  async #spill(task: DeliveryTask): Promise<void> {
     this.#counter(task.tenantId).spilled++;
-    return this.#d.spill.spill(task);
+    await this.#d.spill.spill(task);
+    // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
+    this.#d.counters.add(task.tenantId, 'spilled', 1);
   }
 
   #finish(held: Held): void {
@@ -233,6 +248,7 @@ export class Engine {
       this.#d.records.attempt(task, rec);
       this.#counter(task.tenantId).delivered++;
       this.#epCounter(task.tenantId, task.endpointId).delivered++;
+      this.#d.counters.add(task.tenantId, 'delivered', 1, task.endpointId);
       this.#finish(held);
       return;
     }
@@ -240,6 +256,7 @@ export class Engine {
       // No attempt was made (breaker open): same attempt number, later.
       await this.#d.retries.schedule(task, outcome.retryAfterMs);
       this.#counter(task.tenantId).retrying++;
+      this.#d.counters.add(task.tenantId, 'retrying', 1);
       this.#finish(held);
       return;
     }
@@ -251,6 +268,7 @@ export class Engine {
       await this.#d.retries.schedule({ ...task, attempt: task.attempt + 1 }, delay);
       this.#d.records.attempt(task, rec);
       this.#counter(task.tenantId).retrying++;
+      this.#d.counters.add(task.tenantId, 'retrying', 1);
       this.#finish(held);
       return;
     }
@@ -264,6 +282,7 @@ export class Engine {
     this.#d.records.attempt(task, rec);
     this.#counter(task.tenantId).failed++;
     this.#epCounter(task.tenantId, task.endpointId).failed++;
+    this.#d.counters.add(task.tenantId, 'failed', 1, task.endpointId);
     this.#finish(held);
   }
 
@@ -272,6 +291,7 @@ export class Engine {
     for (let attempt = 0; ; attempt++) {
       try {
         await pushDlq(this.#d.redis, this.#d.keys, task, entry);
+        dlqWritesTotal.inc();
         return;
       } catch (err) {
         this.#d.logger.warn({ err: (err as Error).message, attempt }, 'DLQ write failed; retrying');
@@ -282,7 +302,11 @@ export class Engine {
 
   // --- stats -----------------------------------------------------------------------------------
 
-  /** This worker's per-tenant numbers (for keys.workerStats). */
+  /**
+   * This worker's per-tenant numbers (for keys.workerStats). queued/inFlight/creditsUsed are "now";
+   * spilled/retrying/delivered/failed here are what this worker handed off since it started (the
+   * tenant-wide "now"/total numbers come from the shared counters, see counters.ts).
+   */
   snapshot(): Record<string, WorkerTenantStats> {
     const out: Record<string, WorkerTenantStats> = {};
     const tids = new Set([...this.#counters.keys(), ...this.#held.keys(), ...this.credits.entries().map(([t]) => t)]);
@@ -308,6 +332,7 @@ export class Engine {
   close(): void {
     clearInterval(this.#refresh);
     this.#unsubscribe();
+    this.#ungauge();
   }
 }
 

@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { errors, type Intake, type Keys, type Logger, type RedisClient, type SpillwayEvent } from '@spillway/shared';
+import { errors, type Intake, type Keys, type Logger, type RedisClient, type SpillwayEvent, tenantTag } from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { type RouterCommands, withCommands } from './commands/index.ts';
 import { eventToWire, type WireEvent } from './fanout.ts';
+import { intakeBatchesTotal, intakeBatchEvents, intakeCommitSeconds, intakeEventsTotal } from './metrics.ts';
 import { RECORD_TTL_S } from './records.ts';
+import { firstError, pipelineByTag } from './slots.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
 export interface IntakeJobData {
@@ -84,11 +86,24 @@ export class DurableIntake implements Intake {
     if (first) {
       // Same id already on its way in this process: the answer is "duplicate" once the first is
       // durable, and the first's error otherwise.
-      return first.then((r) => ({ id: r.id, duplicate: true }));
+      return first.then(
+        (r) => {
+          intakeEventsTotal.inc({ result: 'duplicate' });
+          return { id: r.id, duplicate: true };
+        },
+        (err) => {
+          intakeEventsTotal.inc({ result: 'rejected' });
+          throw err;
+        },
+      );
     }
     const p = new Promise<{ id: string; duplicate: boolean }>((resolve, reject) => {
       this.#batch.push({ event, key, resolve, reject });
     });
+    p.then(
+      (r) => intakeEventsTotal.inc({ result: r.duplicate ? 'duplicate' : 'accepted' }),
+      () => intakeEventsTotal.inc({ result: 'rejected' }),
+    );
     this.#inflight.set(key, p);
     const clear = () => {
       if (this.#inflight.get(key) === p) this.#inflight.delete(key);
@@ -109,25 +124,38 @@ export class DurableIntake implements Intake {
 
   async #commit(batch: Pending[]): Promise<void> {
     const marker = `p:${randomBytes(8).toString('hex')}`;
+    const endTimer = intakeCommitSeconds.startTimer();
+    intakeBatchEvents.observe(batch.length);
     let reserved: Pending[] = [];
     let added = false;
     try {
       await withTimeout(
         (async () => {
-          const pipe = this.#redis.pipeline();
-          for (const p of batch) pipe.set(p.key, marker, 'PX', PENDING_TTL_MS, 'NX', 'GET');
-          const res = await pipe.exec();
-          if (!res) throw new Error('pipeline aborted');
+          // One pipeline per tenant on a Redis Cluster (a tenant's keys share one slot), one in all otherwise.
+          const res = await pipelineByTag(
+            this.#redis,
+            batch,
+            (p) => tenantTag(p.event.tenantId),
+            (pipe, p) => pipe.set(p.key, marker, 'PX', PENDING_TTL_MS, 'NX', 'GET'),
+          );
           const foreign: Pending[] = [];
-          res.forEach(([err, old], i) => {
+          let failed: Error | undefined;
+          res.forEach((r, i) => {
+            const [err, old] = r[0] ?? [new Error('pipeline aborted'), null];
             const p = batch[i]!;
-            if (err) throw err;
-            if (old === null) reserved.push(p);
+            if (err) failed ??= err;
+            else if (old === null) reserved.push(p);
             else if (old === DONE) p.resolve({ id: p.event.id, duplicate: true });
             else foreign.push(p);
           });
+          // A tenant's pipeline failed (its node is down): the whole batch answers 503, and every
+          // marker we did reserve is released in the catch below.
+          if (failed) throw failed;
           for (const p of foreign) void this.#awaitForeign(p);
-          if (reserved.length === 0) return;
+          if (reserved.length === 0) {
+            intakeBatchesTotal.inc({ outcome: 'duplicate' });
+            return;
+          }
           const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
           await this.#queue.add('batch', data, INTAKE_JOB_OPTS);
           added = true;
@@ -136,6 +164,8 @@ export class DurableIntake implements Intake {
       );
     } catch (err) {
       this.#logger.warn({ err: (err as Error).message, events: batch.length }, 'intake commit failed');
+      intakeBatchesTotal.inc({ outcome: added ? 'committed' : 'failed' });
+      endTimer();
       const failure = errors.unavailable('durable storage cannot take the event right now', { cause: err, retryAfter: 1 });
       if (added) {
         // Durable after all (the timeout fired late): answer truthfully.
@@ -151,14 +181,21 @@ export class DurableIntake implements Intake {
     // record, so a GET right after the 202 finds the event (its deliveries appear at fan-out).
     // Neither write owns anything: if they fail the answer is still 202, and the worker promotes
     // the markers and writes the record when it processes the job.
-    const pipe = this.#redis.pipeline();
-    for (const p of reserved) {
-      pipe.set(p.key, DONE, 'PX', this.#windowMs);
-      const rec = this.#keys.event(p.event.tenantId, p.event.id);
-      pipe.hsetnx(rec, 'meta', JSON.stringify({ id: p.event.id, type: p.event.type, receivedAt: p.event.receivedAt }));
-      pipe.expire(rec, RECORD_TTL_S);
-    }
-    await pipe.exec().catch((err) => this.#logger.warn({ err: (err as Error).message }, 'dedup promote failed; worker will promote'));
+    const promoted = await pipelineByTag(
+      this.#redis,
+      reserved,
+      (p) => tenantTag(p.event.tenantId),
+      (pipe, p) => {
+        pipe.set(p.key, DONE, 'PX', this.#windowMs);
+        const rec = this.#keys.event(p.event.tenantId, p.event.id);
+        pipe.hsetnx(rec, 'meta', JSON.stringify({ id: p.event.id, type: p.event.type, receivedAt: p.event.receivedAt }));
+        pipe.expire(rec, RECORD_TTL_S);
+      },
+    );
+    const promoteErr = firstError(promoted);
+    if (promoteErr) this.#logger.warn({ err: promoteErr.message }, 'dedup promote failed; worker will promote');
+    intakeBatchesTotal.inc({ outcome: 'committed' });
+    endTimer();
     for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
   }
 
@@ -187,10 +224,15 @@ export class DurableIntake implements Intake {
 }
 
 /** Marks ids of a processed intake job as done (idempotent; covers a lost promote after a durable add). */
-export function promoteDedup(redis: RedisClient, keys: Keys, events: readonly WireEvent[], windowMs: number): Promise<unknown> {
-  const pipe = redis.pipeline();
-  for (const e of events) pipe.set(keys.dedup(e.t, e.i), DONE, 'PX', windowMs);
-  return pipe.exec();
+export async function promoteDedup(redis: RedisClient, keys: Keys, events: readonly WireEvent[], windowMs: number): Promise<void> {
+  const res = await pipelineByTag(
+    redis,
+    events,
+    (e) => tenantTag(e.t),
+    (pipe, e) => pipe.set(keys.dedup(e.t, e.i), DONE, 'PX', windowMs),
+  );
+  const err = firstError(res);
+  if (err) throw err;
 }
 
 export function createIntake(rt: { redis: RedisClient; keys: Keys; logger: Logger; config: { dedupWindowMs: number; groupCommitMs: number } }): DurableIntake {

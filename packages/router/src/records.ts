@@ -1,5 +1,6 @@
 import type { DeliveryRecord, DlqEntry, Keys, Logger, RedisClient } from '@spillway/shared';
 import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
+import { firstError, hashTag, pipelineByTag } from './slots.ts';
 import type { EventView } from './services.ts';
 
 /**
@@ -49,21 +50,25 @@ export class RecordWriter {
     const buf = this.#buf;
     this.#buf = [];
     if (buf.length === 0) return this.#flushing;
-    const pipe = this.#redis.pipeline();
-    for (const w of buf) {
-      if (w.kind === 'create') {
-        pipe.hsetnx(w.key, 'meta', w.meta);
-        for (const ep of w.fields) {
-          const rec: DeliveryRecord = { endpointId: ep, status: 'pending', attempts: 0 };
-          pipe.hsetnx(w.key, `ep:${ep}`, JSON.stringify(rec));
-        }
-        pipe.expire(w.key, RECORD_TTL_S);
-      } else pipe.hset(w.key, w.field, w.value);
-    }
-    this.#flushing = pipe.exec().then(
-      () => {},
-      (err) => this.#logger.warn({ err: (err as Error).message, writes: buf.length }, 'delivery record write failed'),
-    );
+    // Per tenant (slot) on a Redis Cluster; one pipeline on standalone Redis.
+    this.#flushing = pipelineByTag(
+      this.#redis,
+      buf,
+      (w) => hashTag(w.key),
+      (pipe, w) => {
+        if (w.kind === 'create') {
+          pipe.hsetnx(w.key, 'meta', w.meta);
+          for (const ep of w.fields) {
+            const rec: DeliveryRecord = { endpointId: ep, status: 'pending', attempts: 0 };
+            pipe.hsetnx(w.key, `ep:${ep}`, JSON.stringify(rec));
+          }
+          pipe.expire(w.key, RECORD_TTL_S);
+        } else pipe.hset(w.key, w.field, w.value);
+      },
+    ).then((res) => {
+      const err = firstError(res);
+      if (err) this.#logger.warn({ err: err.message, writes: buf.length }, 'delivery record write failed');
+    });
     return this.#flushing;
   }
 }

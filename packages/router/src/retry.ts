@@ -1,6 +1,7 @@
 import type { Logger } from '@spillway/shared';
 import type { Queue } from 'bullmq';
 import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
+import { retryJobsTotal, retryTasksTotal } from './metrics.ts';
 
 /** Data of one retry job: tasks that are due at the same time. */
 export interface RetryJobData {
@@ -75,6 +76,8 @@ export class RetryScheduler {
     for (let attempt = 0; ; attempt++) {
       try {
         await this.#queue.add('retry', data, { ...RETRY_JOB_OPTS, delay });
+        retryJobsTotal.inc();
+        retryTasksTotal.inc(items.length);
         for (const it of items) it.resolve();
         return;
       } catch (err) {

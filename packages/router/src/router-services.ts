@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { DlqEntry } from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { withCommands } from './commands/index.ts';
+import { readTenantCounters } from './counters.ts';
 import { createIntake } from './intake.ts';
 import { readDlq, readEvent } from './records.ts';
 import { RETRY_JOB_OPTS, type RetryJobData } from './retry.ts';
@@ -62,7 +63,9 @@ export function createRouterServices(rt: Runtime): RouterServices {
         const data: RetryJobData = { v: 1, tasks: chunk.map(({ item }) => ({ ...item.task, a: 1 })) };
         const jobId = `replay-${createHash('sha1').update(tenantId).update(chunk.map((c) => c.raw).join('\n')).digest('hex')}`;
         await retries().add('replay', data, { ...RETRY_JOB_OPTS, jobId });
-        await redis.dlqRemove(keys.dlq(tenantId), ...chunk.map((c) => c.raw));
+        const removed = Number(await redis.dlqRemove(keys.dlq(tenantId), ...chunk.map((c) => c.raw)));
+        // The job owns these tasks now (the worker counts them down when it finishes the job).
+        await rt.redis.hincrby(keys.tenantCounters(tenantId), 'retrying', removed).catch(() => {});
         done += chunk.length;
         opts.onProgress?.(Math.min(done, total), total);
       }
@@ -72,21 +75,28 @@ export function createRouterServices(rt: Runtime): RouterServices {
     async tenantStats(tenantId, opts = {}): Promise<TenantStats> {
       const tenant = await store.requireTenant(tenantId);
       const endpoints = await store.listEndpoints(tenantId);
-      const workers = await readWorkerStats(rt.redis, keys);
-      const dlq = await rt.redis.llen(keys.dlq(tenantId));
+      const [workers, dlq, shared] = await Promise.all([
+        readWorkerStats(rt.redis, keys),
+        rt.redis.llen(keys.dlq(tenantId)),
+        readTenantCounters(rt.redis, keys, tenantId),
+      ]);
       const sum: TenantStats = {
         status: tenant.status,
         credits: { used: 0, limit: tenant.limits.maxInFlight },
         queued: 0,
         inFlight: 0,
-        spilled: 0,
-        retrying: 0,
+        // "Now" (backlog in Kafka / waiting in retry jobs) and totals from the shared counters, so
+        // they neither reset when a worker restarts nor drop out when one dies.
+        spilled: shared.spilled,
+        retrying: shared.retrying,
         dlq,
-        delivered: 0,
-        failed: 0,
+        delivered: shared.delivered,
+        failed: shared.failed,
         endpoints: [],
       };
-      const eps = new Map<string, EndpointStats>(endpoints.map((e) => [e.id, { id: e.id, breaker: 'closed', delivered: 0, failed: 0 }]));
+      const eps = new Map<string, EndpointStats>(
+        endpoints.map((e) => [e.id, { id: e.id, breaker: 'closed', delivered: shared.endpoints[e.id]?.delivered ?? 0, failed: shared.endpoints[e.id]?.failed ?? 0 }]),
+      );
       const perWorker: NonNullable<TenantStats['workers']> = [];
       const rank = { closed: 0, 'half-open': 1, open: 2 } as const;
       for (const w of workers) {
@@ -95,17 +105,11 @@ export function createRouterServices(rt: Runtime): RouterServices {
         sum.credits.used += t.creditsUsed;
         sum.queued += t.queued;
         sum.inFlight += t.inFlight;
-        sum.spilled += t.spilled;
-        sum.retrying += t.retrying;
-        sum.delivered += t.delivered;
-        sum.failed += t.failed;
         const wEps: EndpointStats[] = [];
         for (const [eid, n] of Object.entries(t.endpoints)) {
           wEps.push({ id: eid, ...n });
           const e = eps.get(eid);
           if (!e) continue;
-          e.delivered += n.delivered;
-          e.failed += n.failed;
           // The worst state any worker sees is the one to show.
           if (rank[n.breaker] > rank[e.breaker]) e.breaker = n.breaker;
         }

@@ -16,12 +16,12 @@ export function startStatsPublisher(redis: RedisClient, keys: Keys, workerId: st
   const publish = async () => {
     const now = Date.now();
     const body: PublishedStats = { workerId, at: now, tenants: engine.snapshot() };
-    await redis
-      .multi()
-      .set(keys.workerStats(workerId), JSON.stringify(body), 'PX', STATS_TTL_MS)
-      .zadd(keys.workers, now, workerId)
-      .zremrangebyscore(keys.workers, '-inf', now - STATS_TTL_MS * 2)
-      .exec();
+    // Separate commands, not MULTI: the two keys live in different Redis Cluster slots.
+    await Promise.all([
+      redis.set(keys.workerStats(workerId), JSON.stringify(body), 'PX', STATS_TTL_MS),
+      redis.zadd(keys.workers, now, workerId),
+      redis.zremrangebyscore(keys.workers, '-inf', now - STATS_TTL_MS * 2),
+    ]);
   };
   const timer = setInterval(() => {
     publish().catch((err) => logger.debug({ err: (err as Error).message }, 'stats publish failed'));
@@ -30,12 +30,7 @@ export function startStatsPublisher(redis: RedisClient, keys: Keys, workerId: st
   void publish().catch(() => {});
   return async () => {
     clearInterval(timer);
-    await redis
-      .multi()
-      .del(keys.workerStats(workerId))
-      .zrem(keys.workers, workerId)
-      .exec()
-      .catch(() => {});
+    await Promise.all([redis.del(keys.workerStats(workerId)), redis.zrem(keys.workers, workerId)]).catch(() => {});
   };
 }
 

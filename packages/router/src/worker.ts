@@ -1,5 +1,6 @@
 import { createRedis, type RedisClient } from '@spillway/shared';
 import { type Job, Queue, Worker } from 'bullmq';
+import { TenantCounters } from './counters.ts';
 import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
 import { Engine } from './engine.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
@@ -13,13 +14,12 @@ import { SpillProducer } from './spill/producer.ts';
 import { startStatsPublisher } from './stats.ts';
 import { ConfigCache, ConfigStore } from './store.ts';
 
-/**
- * Lock of an active intake/retry job. BullMQ renews it every lockDuration/2 while the processor
- * runs (i.e. while the job's tasks are in memory); after a kill -9 another worker takes the job
- * over within lockDuration + stalledInterval.
+/*
+ * Lock of an active intake/retry job (config.jobLockMs, SPILLWAY_JOB_LOCK). BullMQ renews it every
+ * lockDuration/2 while the processor runs (i.e. while the job's tasks are in memory); after a
+ * kill -9 another worker takes the job over within lockDuration + stalledInterval
+ * (config.jobStalledIntervalMs).
  */
-const LOCK_MS = 10_000;
-const STALLED_CHECK_MS = 5_000;
 /** Jobs processed at once per queue: bounds the tasks a worker holds beyond its credits (those spill). */
 const CONCURRENCY = 64;
 
@@ -48,6 +48,7 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
   const spill = new SpillProducer(rt.kafka, config.spillTopic, logger);
   const retries = new RetryScheduler(retryQueue, logger);
   const records = new RecordWriter(rt.redis, keys, logger);
+  const counters = new TenantCounters(rt.redis, keys, logger);
   const engine = new Engine({
     redis: rt.redis,
     keys,
@@ -57,6 +58,7 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     spill,
     retries,
     records,
+    counters,
     retryScheduleMs: config.retryScheduleMs,
     disableEndpoint: async (tid, eid, reason) => {
       await store.updateEndpoint(tid, eid, (ep) => (ep.status === 'disabled' ? ep : { ...ep, status: 'disabled', disabledReason: reason }));
@@ -83,15 +85,20 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
   };
 
   const processRetry = async (job: Job<RetryJobData>) => {
-    await engine.hold(job.data.tasks.map(taskFromWire));
+    const tasks = job.data.tasks.map(taskFromWire);
+    await engine.hold(tasks);
+    // The job lets go of its tasks (they were delivered, spilled, re-scheduled or dead-lettered).
+    const perTenant = new Map<string, number>();
+    for (const t of tasks) perTenant.set(t.tenantId, (perTenant.get(t.tenantId) ?? 0) + 1);
+    for (const [tid, n] of perTenant) counters.add(tid, 'retrying', -n);
   };
 
   const workerOpts = (conn: RedisClient) => ({
     connection: conn as never,
     prefix: keys.bullPrefix,
     concurrency: CONCURRENCY,
-    lockDuration: LOCK_MS,
-    stalledInterval: STALLED_CHECK_MS,
+    lockDuration: config.jobLockMs,
+    stalledInterval: config.jobStalledIntervalMs,
     // A job that stalled (its worker died) is our durable owner: never fail it for stalling.
     maxStalledCount: 1_000_000,
   });
@@ -105,7 +112,16 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     w.on('failed', (job, err) => logger.warn({ jobId: job?.id, err: err.message }, 'job failed; it will be retried'));
   }
 
-  const drainer = new Drainer({ kafka: rt.kafka, topic: config.spillTopic, groupId: keys.drainGroup, engine, producer: spill, logger });
+  const drainer = new Drainer({
+    kafka: rt.kafka,
+    topic: config.spillTopic,
+    groupId: keys.drainGroup,
+    engine,
+    producer: spill,
+    logger,
+    counters,
+    sessionTimeoutMs: config.kafkaSessionTimeoutMs,
+  });
   await drainer.start();
   const stopStats = startStatsPublisher(rt.redis, keys, rt.workerId, engine, logger);
   logger.info({ workerId: rt.workerId }, 'worker started');
@@ -125,6 +141,7 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
         await retries.close();
         await spill.close();
         await records.flush();
+        await counters.close();
         engine.close();
         await delivery.close();
         await retryQueue.close().catch(() => {});

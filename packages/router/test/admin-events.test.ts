@@ -190,18 +190,20 @@ describe('dead letters and stats', () => {
     expect((await call('GET', `/v1/tenants/${tid}/dlq`)).body.data).toEqual([]);
     expect((await call('POST', `/v1/tenants/${tid}/dlq/replay`, {})).body).toEqual({ replayed: 0 });
 
-    // Summed over workers, and with ?detail=workers the one live worker's own counters.
+    // Totals from the shared counters, and with ?detail=workers the one live worker's own
+    // hand-offs since it started (published every second, so wait for both).
     const detail = await waitFor(
       async () => {
         const r = await call('GET', `/v1/tenants/${tid}/stats?detail=workers`);
-        return r.body.delivered >= 3 && r.body.workers?.length === 1 ? r.body : undefined;
+        return r.body.delivered >= 3 && r.body.workers?.length === 1 && r.body.workers[0].delivered >= 3 ? r.body : undefined;
       },
       'published worker counters',
       10_000,
       200,
     );
     expect(detail.workers[0]).toMatchObject({ workerId: s.rt.workerId, delivered: detail.delivered });
-    expect(detail.endpoints[0]).toMatchObject({ id: 'ep1', delivered: 3 });
+    expect(detail).toMatchObject({ delivered: 3, failed: 3, retrying: 0, spilled: 0 });
+    expect(detail.endpoints[0]).toMatchObject({ id: 'ep1', delivered: 3, failed: 3 });
   });
 
   it('a tenant key posts and reads its own events and stats', async () => {

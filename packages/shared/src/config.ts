@@ -26,6 +26,15 @@ export const DEFAULTS = {
   SPILLWAY_INGEST_BODY_BUDGET: '67108864',
   /** How long to collect accepted events before making them durable in one round trip. */
   SPILLWAY_GROUP_COMMIT: '2ms',
+  /**
+   * Lock of an active intake/retry job (BullMQ lockDuration, renewed every half of it). After a
+   * kill -9 the job moves to another worker within lock + stalled interval.
+   */
+  SPILLWAY_JOB_LOCK: '10s',
+  /** How often workers look for jobs whose lock expired (BullMQ stalledInterval). */
+  SPILLWAY_JOB_STALLED_INTERVAL: '5s',
+  /** Spill drainer's Kafka consumer-group session timeout: how soon a dead worker's partitions move. */
+  SPILLWAY_KAFKA_SESSION_TIMEOUT: '10s',
 } as const;
 
 const port = (name: string) =>
@@ -53,6 +62,13 @@ const duration = (name: string) =>
     }
     return ms;
   });
+
+/** A duration within [minMs, maxMs]; the message names the variable and the bounds. */
+const durationWithin = (name: string, minMs: number, maxMs: number, why: string) =>
+  duration(name).refine(
+    (ms) => ms >= minMs && ms <= maxMs,
+    `${name} must be between ${minMs / 1000}s and ${maxMs / 1000}s (${why})`,
+  );
 
 export interface RedisTarget {
   kind: 'standalone' | 'cluster';
@@ -145,6 +161,24 @@ const schema = z.object({
   SPILLWAY_SPILL_PARTITIONS: positiveInt('SPILLWAY_SPILL_PARTITIONS'),
   SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
   SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
+  SPILLWAY_JOB_LOCK: durationWithin(
+    'SPILLWAY_JOB_LOCK',
+    1000,
+    600_000,
+    'shorter locks expire under event-loop pauses and cause duplicate processing',
+  ),
+  SPILLWAY_JOB_STALLED_INTERVAL: durationWithin(
+    'SPILLWAY_JOB_STALLED_INTERVAL',
+    500,
+    600_000,
+    'every worker scans Redis for stalled jobs this often',
+  ),
+  SPILLWAY_KAFKA_SESSION_TIMEOUT: durationWithin(
+    'SPILLWAY_KAFKA_SESSION_TIMEOUT',
+    6000,
+    1_800_000,
+    "Kafka brokers' default group.min/max.session.timeout.ms",
+  ),
 });
 
 /** The validated, frozen configuration. Durations are milliseconds. */
@@ -167,6 +201,12 @@ export interface Config {
   spillPartitions: number;
   ingestBodyBudget: number;
   groupCommitMs: number;
+  /** BullMQ lockDuration of intake/retry jobs (ms). */
+  jobLockMs: number;
+  /** BullMQ stalledInterval (ms). */
+  jobStalledIntervalMs: number;
+  /** Spill drainer consumer-group session timeout (ms). */
+  kafkaSessionTimeoutMs: number;
 }
 
 /**
@@ -203,6 +243,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     spillPartitions: c.SPILLWAY_SPILL_PARTITIONS,
     ingestBodyBudget: c.SPILLWAY_INGEST_BODY_BUDGET,
     groupCommitMs: c.SPILLWAY_GROUP_COMMIT,
+    jobLockMs: c.SPILLWAY_JOB_LOCK,
+    jobStalledIntervalMs: c.SPILLWAY_JOB_STALLED_INTERVAL,
+    kafkaSessionTimeoutMs: c.SPILLWAY_KAFKA_SESSION_TIMEOUT,
   });
 }
 

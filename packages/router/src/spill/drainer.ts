@@ -1,11 +1,26 @@
 import type { Logger } from '@spillway/shared';
-import type { Consumer, EachBatchPayload, Kafka } from 'kafkajs';
+import type { Admin, Consumer, EachBatchPayload, Kafka } from 'kafkajs';
+import type { TenantCounters } from '../counters.ts';
 import type { Engine } from '../engine.ts';
 import { type DeliveryTask, taskFromWire, type WireTask } from '../fanout.ts';
+import { spillAdmittedTotal, spillLookaheadRecords, spillReappendedTotal } from '../metrics.ts';
 import type { SpillProducer } from './producer.ts';
 
-/** A batch whose only remaining tasks are blocked waits this long for credits/resume before re-appending them. */
+/**
+ * A batch whose only remaining tasks are blocked, with other records behind it on the partition,
+ * waits this long for credits/resume before re-appending them (the head-of-line bound for others).
+ */
 const BLOCKED_WAIT_MS = 1000;
+/**
+ * The same batch with nothing behind it (it reaches the partition's end) waits this long instead:
+ * re-appending would only cycle a paused backlog through Kafka for nobody's benefit. It still wakes
+ * on resume/credits (Engine.onWake) and on new records arriving (LATEST_POLL_MS).
+ */
+const IDLE_BLOCKED_WAIT_MS = 10_000;
+/** While a batch waits at the partition's end, its latest offset is polled this often (admin client). */
+const LATEST_POLL_MS = 500;
+/** Default consumer session timeout (SPILLWAY_KAFKA_SESSION_TIMEOUT overrides it). */
+const SESSION_TIMEOUT_MS = 10_000;
 /** Bytes fetched per partition per batch: this is the look-ahead bound. */
 const LOOKAHEAD_BYTES = 256 * 1024;
 
@@ -25,6 +40,10 @@ export interface DrainerOptions {
   /** Re-appends blocked tasks to the tail of the topic. */
   producer: SpillProducer;
   logger: Logger;
+  /** Shared per-tenant counters: a record the drainer resolves leaves the tenant's spilled backlog. */
+  counters: TenantCounters;
+  /** Consumer group session timeout: how long until a dead worker's partitions move to another. */
+  sessionTimeoutMs?: number;
 }
 
 /**
@@ -35,7 +54,9 @@ export interface DrainerOptions {
  *     through a durable hand-off, or was re-appended to the tail and acked);
  *   - when nothing is running and only blocked tasks remain, re-append them to the tail (produce
  *     first, then resolve) — at once if the batch made progress for others, after BLOCKED_WAIT_MS
- *     otherwise — so a paused or saturated tenant never holds back another tenant on the partition.
+ *     if other records wait behind the look-ahead — so a paused or saturated tenant never holds back
+ *     another tenant on the partition. With nothing behind, wait up to IDLE_BLOCKED_WAIT_MS (waking
+ *     on resume, credits or new records) so a long pause does not churn its backlog every second.
  * While a batch is in progress kafkajs fetches nothing more for that partition, so memory per
  * partition stays at one look-ahead (that is the partition "pause").
  */
@@ -43,6 +64,9 @@ export class Drainer {
   readonly #o: DrainerOptions;
   #consumer: Consumer | undefined;
   #stopping = false;
+  #admin: Promise<Admin> | undefined;
+  /** Latest offsets of the topic (partition → high watermark), shared by the partitions waiting at their end. */
+  #latest: { at: number; offsets: Promise<Map<number, bigint>> } | undefined;
   /** Tasks re-appended to the tail (for stats/tests). */
   reappended = 0;
   admitted = 0;
@@ -54,7 +78,7 @@ export class Drainer {
   async start(): Promise<void> {
     const consumer = this.#o.kafka.consumer({
       groupId: this.#o.groupId,
-      sessionTimeout: 10_000,
+      sessionTimeout: this.#o.sessionTimeoutMs ?? SESSION_TIMEOUT_MS,
       heartbeatInterval: 1000,
       rebalanceTimeout: 30_000,
       maxBytesPerPartition: LOOKAHEAD_BYTES,
@@ -99,6 +123,12 @@ export class Drainer {
       return { offset: m.offset, task, state: task ? 'new' : 'done' };
     });
     const started = Date.now();
+    // kafkajs's highWatermark is the partition's next offset when the batch was fetched.
+    const lastOffset = entries.length > 0 ? BigInt(entries.at(-1)!.offset) : -1n;
+    let othersBehind = BigInt(batch.highWatermark) - 1n > lastOffset;
+    let lastPoll = started;
+    spillLookaheadRecords.inc(entries.length);
+    let unresolved = entries.length;
     let progressed = false;
     let idx = 0;
     let wake: () => void = () => {};
@@ -126,40 +156,91 @@ export class Drainer {
           const a = engine.tryAdmit(e.task!);
           if (a === 'blocked') continue;
           progressed = true;
+          // In memory (or gone) now: no longer part of the tenant's backlog in Kafka.
+          this.#o.counters.add(e.task!.tenantId, 'spilled', -1);
           if (a === 'drop') {
             e.state = 'done';
             continue;
           }
           this.admitted++;
+          spillAdmittedTotal.inc();
           e.state = 'running';
           void a.then(() => {
             e.state = 'done';
             wake();
           });
         }
-        while (idx < entries.length && entries[idx]!.state === 'done') resolveOffset(entries[idx++]!.offset);
+        while (idx < entries.length && entries[idx]!.state === 'done') {
+          resolveOffset(entries[idx++]!.offset);
+          unresolved--;
+          spillLookaheadRecords.dec();
+        }
         if (idx === entries.length) break;
         const running = entries.some((e) => e.state === 'running');
-        if (!leaving && !running && (progressed || Date.now() - started >= BLOCKED_WAIT_MS)) {
-          const blocked = entries.filter((e) => e.state === 'new');
-          // Produce first, then resolve: the old offset stays the owner until the copy is acked.
-          await Promise.all(blocked.map((e) => producer.spill(e.task!)));
-          for (const e of blocked) e.state = 'done';
-          this.reappended += blocked.length;
-          continue;
+        if (!leaving && !running) {
+          const waited = Date.now() - started;
+          if (!othersBehind && !progressed && waited < IDLE_BLOCKED_WAIT_MS && Date.now() - lastPoll >= LATEST_POLL_MS) {
+            lastPoll = Date.now();
+            const latest = await this.#latestOffset(batch.topic, batch.partition);
+            if (latest !== undefined && latest - 1n > lastOffset) othersBehind = true;
+          }
+          if (progressed || (othersBehind && waited >= BLOCKED_WAIT_MS) || waited >= IDLE_BLOCKED_WAIT_MS) {
+            const blocked = entries.filter((e) => e.state === 'new');
+            // Produce first, then resolve: the old offset stays the owner until the copy is acked.
+            // (The tenant's spilled count is unchanged: one record replaces another.)
+            await Promise.all(blocked.map((e) => producer.spill(e.task!)));
+            for (const e of blocked) e.state = 'done';
+            this.reappended += blocked.length;
+            spillReappendedTotal.inc(blocked.length);
+            continue;
+          }
         }
         await Promise.race([new Promise<void>((r) => (wake = r)), sleep(200)]);
         await heartbeat().catch(() => {});
       }
     } finally {
       unsub();
+      // Records not resolved (leaving, revoked) go back to the group: no longer in this look-ahead.
+      spillLookaheadRecords.dec(unresolved);
     }
     await commitOffsetsIfNecessary().catch(() => {});
+  }
+
+  /** The partition's current high watermark (next offset), polled at most every LATEST_POLL_MS for all partitions. */
+  async #latestOffset(topic: string, partition: number): Promise<bigint | undefined> {
+    const now = Date.now();
+    if (!this.#latest || now - this.#latest.at >= LATEST_POLL_MS - 50) {
+      this.#admin ??= (async () => {
+        const a = this.#o.kafka.admin();
+        await a.connect();
+        return a;
+      })();
+      const admin = this.#admin;
+      const offsets = (async () => {
+        const list = await (await admin).fetchTopicOffsets(topic);
+        return new Map(list.map((o) => [o.partition, BigInt(o.high)]));
+      })();
+      this.#latest = { at: now, offsets };
+      offsets.catch(() => {
+        // A failed admin may be broken for good (broker restart): connect a fresh one next time.
+        if (this.#admin === admin) this.#admin = undefined;
+        void admin.then((a) => a.disconnect()).catch(() => {});
+      });
+    }
+    try {
+      return (await this.#latest.offsets).get(partition);
+    } catch (err) {
+      this.#o.logger.debug({ err: (err as Error).message }, 'cannot read latest spill offsets');
+      return undefined;
+    }
   }
 
   async close(): Promise<void> {
     this.#stopping = true;
     await this.#consumer?.disconnect().catch(() => {});
+    const admin = this.#admin;
+    this.#admin = undefined;
+    await admin?.then((a) => a.disconnect()).catch(() => {});
   }
 }
 

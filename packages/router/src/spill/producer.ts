@@ -1,6 +1,7 @@
 import type { Logger } from '@spillway/shared';
 import type { Kafka, Producer } from 'kafkajs';
 import { type DeliveryTask, taskToWire } from '../fanout.ts';
+import { spillProducedTotal } from '../metrics.ts';
 
 const FLUSH_MS = 2;
 const MAX_BATCH = 500;
@@ -80,6 +81,7 @@ export class SpillProducer {
         const producer = await this.#connect();
         await producer.send({ topic: this.#topic, acks: -1, messages });
         this.sent += batch.length;
+        spillProducedTotal.inc(batch.length);
         for (const it of batch) it.resolve();
         return;
       } catch (err) {
