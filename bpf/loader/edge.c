@@ -82,7 +82,7 @@ static void fail_errno(const char *what, int err)
 {
 	if (err < 0)
 		err = -err;
-	if (err == EPERM)
+	if (err == EPERM || err == EACCES)
 		fail(77, "%s: not permitted (run as root: needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON)",
 		     what);
 	fail(1, "%s: %s", what, strerror(err));
@@ -506,11 +506,21 @@ static void print_netstat(void)
 	printf("},");
 }
 
+static void require_bpf(void);
+
 static int cmd_dump(void)
 {
 	__u32 zero = 0;
 	int fd;
 	ncpus = libbpf_num_possible_cpus();
+	/* Without the privileges every pin is unreadable and the dump would look like "nothing
+	 * attached": say "not permitted" (77) instead, so callers report the edge as unavailable. */
+	require_bpf();
+	fd = pinned("spw_config");
+	if (fd < 0 && (errno == EPERM || errno == EACCES))
+		fail_errno("open pinned maps", errno);
+	if (fd >= 0)
+		close(fd);
 	printf("{\"pinRoot\":\"%s\",\"abi\":%d,\"attached\":{\"xdp\":[", pin_root, SPW_ABI_VERSION);
 	list_links("xdp_", 1);
 	printf("],\"trace\":%s},", list_links("trace_", 0) ? "true" : "false");
@@ -561,7 +571,8 @@ static int cmd_dump(void)
 		printf("\"synRetryGap\":{\"sumMs\":%llu,\"count\":%llu,\"bucketsMs\":[",
 		       (unsigned long long)sum_percpu(sfd, SPW_T_GAP_SUM_MS),
 		       (unsigned long long)sum_percpu(sfd, SPW_T_GAP_COUNT));
-		/* bucket i holds gaps < 2^i ms (bucket 0: < 1 ms); printed as [upper bound, count] */
+		/* bucket i holds gaps in [2^(i-1), 2^i) ms (bucket 0: < 1 ms; the last one everything
+		 * from 2^(N-2) ms up); printed as [upper bound, count] */
 		for (__u32 b = 0; b < SPW_GAP_BUCKETS; b++)
 			printf("%s[%llu,%llu]", b ? "," : "", b == 0 ? 1ull : (1ull << b),
 			       (unsigned long long)sum_percpu(hfd, b));
@@ -820,12 +831,18 @@ static int cmd_steer_detach(int argc, char **argv)
 	return 0;
 }
 
-static int cmd_check(void)
+/* Exits 77 when bpf() is not permitted here (a tiny map that is closed at once). */
+static void require_bpf(void)
 {
 	int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "spw_check", 4, 4, 1, NULL);
 	if (fd < 0)
 		fail_errno("bpf(BPF_MAP_CREATE)", errno);
 	close(fd);
+}
+
+static int cmd_check(void)
+{
+	require_bpf();
 	printf("{\"ok\":true}\n");
 	return 0;
 }

@@ -1,7 +1,9 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildBpf, exited, LOADER, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
+import { buildBpf, LOADER, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
+// not (yet) re-exported by @spillway/ingest's door
+import { startSteering } from '../../packages/ingest/src/edge.ts';
 
 // SK_REUSEPORT steering, measured by the kernel's own counter. In a network namespace of its own
 // (so TcpExtListenOverflows counts only this test), two node:http workers listen on one port with
@@ -57,6 +59,7 @@ function burst(): number {
 describe.skipIf(skipBpf)('edge: SK_REUSEPORT steering around a stalled ingest worker', () => {
   const children: ChildProcess[] = [];
   let stalled: ChildProcess;
+  let workerPids: number[] = [];
 
   beforeAll(async () => {
     buildBpf();
@@ -77,6 +80,7 @@ describe.skipIf(skipBpf)('edge: SK_REUSEPORT steering around a stalled ingest wo
     );
     children.push(s.child);
     stalled = s.child;
+    workerPids = [healthy.child.pid!, s.child.pid!];
   });
 
   afterAll(() => {
@@ -89,35 +93,19 @@ describe.skipIf(skipBpf)('edge: SK_REUSEPORT steering around a stalled ingest wo
 
   it('keeps TcpExtListenOverflows flat with steering; default hashing (same run, detached) makes it rise', async () => {
     process.kill(stalled.pid!, 'SIGSTOP');
-    const daemon = await spawnReady(
-      'ip',
-      [
-        'netns',
-        'exec',
-        NS,
-        LOADER,
-        '--pin-root',
-        PIN,
-        'steer',
-        '--port',
-        String(PORT),
-        '--busy-pct',
-        String(BUSY_PCT),
-        '--interval-us',
-        '200',
-      ],
-      /"slot":1/,
-    );
-    children.push(daemon.child);
-    let daemonOut = '';
-    daemon.child.stdout!.on('data', (d: Buffer) => (daemonOut += d.toString()));
+    const st0 = startSteering({ port: PORT, busyPct: BUSY_PCT, intervalUs: 200, pinRoot: PIN, netns: NS });
+    if (!st0.available) throw new Error(st0.reason);
+    const steering = st0.steering;
+    children.push(steering.child);
+    const slots = await steering.ready(2);
+    expect(slots.map((w) => w.pid).sort()).toEqual(workerPids.sort());
 
     const steered = burst();
     const st = loader('dump').steer;
 
-    daemon.child.kill('SIGTERM'); // the daemon detaches the program from the group on its way out
-    expect(await exited(daemon.child)).toBe(0);
-    expect(daemonOut).toMatch(/"detached":true/);
+    await steering.stop(); // the daemon detaches the program from the group on its way out
+    expect(steering.child.exitCode).toBe(0);
+    expect(loader('dump').steer.enabled).toBe(false);
 
     const hashed = burst();
     console.log(

@@ -5,7 +5,7 @@
  * Without the privileges (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON) or the built loader, every call
  * fails soft: it resolves with `{ available: false, reason }` and logs one clear line, once.
  */
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -75,6 +75,7 @@ export interface EdgeDump {
 }
 
 let warned = false;
+let denied: string | undefined;
 function warnOnce(reason: string): void {
   if (warned) return;
   warned = true;
@@ -86,6 +87,9 @@ function runLoader(
   scope: LoaderScope,
   timeoutMs = 10_000,
 ): Promise<EdgeResult<{ out: unknown }>> {
+  // A process does not gain CAP_BPF later: once refused, stop spawning the loader (each /metrics
+  // scrape would otherwise run it again only to be refused).
+  if (denied) return Promise.resolve({ available: false, reason: denied });
   if (!existsSync(EDGE_LOADER)) {
     const reason = `loader not built (${EDGE_LOADER}); run bpf/build.sh`;
     warnOnce(reason);
@@ -100,7 +104,10 @@ function runLoader(
       if (err) {
         const code = (err as { code?: number | string }).code;
         const reason = stderr.trim().split('\n').pop() || err.message;
-        if (code === 77) warnOnce(reason);
+        if (code === 77) {
+          denied = reason;
+          warnOnce(reason);
+        }
         res({ available: false, reason });
         return;
       }
@@ -233,6 +240,112 @@ export function synRetryGapValues(
   out.push({ metricName: `${name}_sum`, labels: {}, value: gap.sumMs / 1000 });
   out.push({ metricName: `${name}_count`, labels: {}, value: cumulative });
   return out;
+}
+
+export interface SteeringOptions extends LoaderScope {
+  /** The SO_REUSEPORT port the ingest workers listen on. */
+  port: number;
+  /** Skip a worker whose accept queue holds at least this % of its backlog (default 50). */
+  busyPct?: number;
+  /** How often queue depths are published, in microseconds (default 1000). */
+  intervalUs?: number;
+  /** Depths older than this make the program fall back to the kernel hash (default 250 ms). */
+  staleMs?: number;
+}
+
+export interface SteeringWorker {
+  slot: number;
+  pid: number;
+  fd: number;
+}
+
+export interface SteeringHandle {
+  /** The daemon's child process (`spillway-edge steer`). */
+  child: ChildProcess;
+  /** Resolves with the worker slots once the daemon registered at least `minWorkers` listeners. */
+  ready(minWorkers: number, timeoutMs?: number): Promise<SteeringWorker[]>;
+  /** SIGTERM: the daemon detaches the program from the group (kernel hash again) and exits. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts SK_REUSEPORT steering for every listener on `port` (in this network namespace, or
+ * opts.netns): the loader's `steer` daemon finds the listeners, attaches the program and publishes
+ * their accept-queue depths. Needs root (pidfd_getfd on the workers' sockets). Returns unavailable,
+ * like the other calls, when the loader is missing or the edge was refused before.
+ */
+export function startSteering(opts: SteeringOptions): EdgeResult<{ steering: SteeringHandle }> {
+  if (denied) return { available: false, reason: denied };
+  if (!existsSync(EDGE_LOADER)) {
+    const reason = `loader not built (${EDGE_LOADER}); run bpf/build.sh`;
+    warnOnce(reason);
+    return { available: false, reason };
+  }
+  const args = [...(opts.pinRoot ? ['--pin-root', opts.pinRoot] : []), 'steer', '--port', String(opts.port)];
+  if (opts.busyPct !== undefined) args.push('--busy-pct', String(opts.busyPct));
+  if (opts.intervalUs !== undefined) args.push('--interval-us', String(opts.intervalUs));
+  if (opts.staleMs !== undefined) args.push('--stale-ms', String(opts.staleMs));
+  const [cmd, argv] = opts.netns
+    ? ['ip', ['netns', 'exec', opts.netns, EDGE_LOADER, ...args]]
+    : [EDGE_LOADER, args];
+  const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  const waiters = new Set<() => void>();
+  const wake = () => {
+    for (const w of waiters) w();
+  };
+  child.stdout?.on('data', (d: Buffer) => {
+    out += d.toString();
+    wake();
+  });
+  child.stderr?.on('data', (d: Buffer) => {
+    err += d.toString();
+  });
+  const exited = new Promise<void>((res) =>
+    child.once('exit', (code) => {
+      if (code === 77) {
+        denied = err.trim().split('\n').pop() ?? 'not permitted';
+        warnOnce(denied);
+      }
+      res();
+      wake();
+    }),
+  );
+  const running = () => child.exitCode === null && child.signalCode === null;
+  const ready = (minWorkers: number, timeoutMs = 5_000): Promise<SteeringWorker[]> =>
+    new Promise((resolve, reject) => {
+      const finish = (f: () => void) => {
+        clearTimeout(timer);
+        waiters.delete(check);
+        f();
+      };
+      // The daemon prints one line each time its set of listeners changes: the last one counts.
+      const check = () => {
+        const lines = out.split('\n').filter((l) => l.startsWith('{"steering"'));
+        const last = lines.at(-1);
+        const workers = last
+          ? ((JSON.parse(last) as { steering: { workers?: SteeringWorker[] } }).steering.workers ?? [])
+          : [];
+        if (workers.length >= minWorkers) finish(() => resolve(workers));
+        else if (!running())
+          finish(() => reject(new Error(`steering daemon exited: ${err.trim() || child.exitCode}`)));
+      };
+      const timer = setTimeout(
+        () =>
+          finish(() =>
+            reject(new Error(`steering: ${minWorkers} workers not registered after ${timeoutMs} ms`)),
+          ),
+        timeoutMs,
+      );
+      waiters.add(check);
+      check();
+    });
+  const stop = async () => {
+    if (running()) child.kill('SIGTERM');
+    await exited;
+  };
+  return { available: true, steering: { child, ready, stop } };
 }
 
 /**
