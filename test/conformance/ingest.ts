@@ -342,6 +342,42 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(r.headers.get('allow')).toBe('POST');
       });
 
+      it('other methods: 404 off the ingest routes, 405 with Allow on them (known source or not), whatever the body', async () => {
+        const src = source('github');
+        const unknown = `/ingest/nope-${randomBytes(3).toString('hex')}`;
+        const cases: [method: string, path: string, body: string | undefined, status: number][] = [
+          ['GET', '/nope', undefined, 404],
+          ['GET', '/', undefined, 404],
+          ['DELETE', `/other/${src.id}`, undefined, 404],
+          ['PUT', '/nope', '{"a":1}', 404],
+          ['GET', `/ingest/${src.id}`, undefined, 405],
+          ['GET', unknown, undefined, 405],
+          ['PUT', `/ingest/${src.id}`, '{"a":1}', 405],
+          ['PATCH', `/ingest/${src.id}/`, '{"a":1}', 405],
+          ['OPTIONS', `/ingest/${src.id}`, undefined, 405],
+        ];
+        const got: [string, string, number, string | null][] = [];
+        for (const [method, path, body] of cases) {
+          const res = await fetch(`${main.base}${path}`, { method, ...(body !== undefined && { body, headers: { 'content-type': 'application/json' } }) });
+          const json = (await res.json()) as { error?: { code?: string } };
+          expect(json.error?.code).toBe(res.status === 404 ? 'not_found' : 'method_not_allowed');
+          got.push([method, path, res.status, res.headers.get('allow')]);
+        }
+        expect(got).toEqual(cases.map(([method, path, , status]) => [method, path, status, status === 405 ? 'POST' : null]));
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
+      });
+
+      it('HEAD gets the status and headers without a body, and the connection carries on', async () => {
+        const src = source('github');
+        const out = await rawPipeline(main.port, `HEAD /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n`, 3);
+        const answers = out.split(/(?=HTTP\/1\.1 )/);
+        expect(answers.map((a) => Number(a.slice(9, 12)))).toEqual([405, 404, 404]);
+        // Each HEAD answer ends with its header block: the next status line follows at once.
+        expect(answers[0]).toMatch(/\r\n\r\n$/);
+        expect(answers[1]).toMatch(/\r\n\r\n$/);
+        expect(answers[2]).toMatch(/\r\n\r\n\{"error":\{"code":"not_found"/);
+      });
+
       it('403 for a client outside allowCidrs; the same request from inside is accepted', async () => {
         const body = rawBody({});
         const headers = async (secret: string) => ({
@@ -571,6 +607,31 @@ async function rawExchange(port: number, bytes: string): Promise<number> {
     sock.write(bytes);
     const out = await Promise.race([collect(sock), new Promise<string>((r) => setTimeout(() => r(''), 5000))]);
     return Number(/^HTTP\/1\.1 (\d{3})/.exec(out)?.[1] ?? 0);
+  } finally {
+    sock.destroy();
+  }
+}
+
+/** Writes raw (pipelined) requests on one connection and returns what came back once `n` status lines and the last answer's body are in. */
+async function rawPipeline(port: number, bytes: string, n: number): Promise<string> {
+  const sock = net.connect(port, '127.0.0.1');
+  sock.on('error', () => {});
+  try {
+    await new Promise((r) => sock.once('connect', r));
+    let out = '';
+    const done = new Promise<string>((resolve) => {
+      sock.on('data', (d) => {
+        out += d.toString('latin1');
+        const lines = out.match(/HTTP\/1\.1 \d{3}/g) ?? [];
+        const last = out.lastIndexOf('HTTP/1.1 ');
+        const end = out.indexOf('\r\n\r\n', last);
+        const len = Number(/content-length: (\d+)/i.exec(out.slice(last, end))?.[1] ?? 0);
+        if (lines.length >= n && end >= 0 && out.length >= end + 4 + len) resolve(out);
+      });
+      sock.once('close', () => resolve(out));
+    });
+    sock.write(bytes);
+    return await Promise.race([done, new Promise<string>((r) => setTimeout(() => r(out), 5000))]);
   } finally {
     sock.destroy();
   }

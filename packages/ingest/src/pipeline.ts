@@ -35,6 +35,12 @@ export interface PipelineOptions {
 export interface IngestPipeline extends IngestHandler {
   /** Body bytes held by requests in flight (returns to 0 when all are answered or aborted). */
   readonly inFlightBodyBytes: number;
+  /**
+   * The paths this pipeline serves for `sources`, each with its source's maxBodyBytes: the table
+   * for `IngestServer.setRoutes`, so a backend can refuse an oversize body before `begin`. Only the
+   * route format lives here; ids the route could not match are left out.
+   */
+  routeCaps(sources: Iterable<Source>): Map<string, number>;
 }
 
 const ROUTE = /^\/ingest\/([^/?#]{1,200})\/?$/;
@@ -261,8 +267,20 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     };
   }
 
+  function routeCaps(all: Iterable<Source>): Map<string, number> {
+    const caps = new Map<string, number>();
+    for (const src of all) {
+      if (!SOURCE_ID.test(src.id)) continue;
+      // Both spellings ROUTE accepts; a percent-encoded id misses the table and is capped by the sink.
+      caps.set(`/ingest/${src.id}`, src.maxBodyBytes);
+      caps.set(`/ingest/${src.id}/`, src.maxBodyBytes);
+    }
+    return caps;
+  }
+
   return {
     begin,
+    routeCaps,
     get inFlightBodyBytes() {
       return budget.used;
     },

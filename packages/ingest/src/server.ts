@@ -61,4 +61,12 @@ export interface IngestServer {
   listen(): Promise<{ port: number }>;
   /** Stops accepting, lets in-flight requests finish (bounded), then closes. */
   close(): Promise<void>;
+  /**
+   * Optional: per-path body caps (exact path, query ignored) the backend enforces itself, before
+   * the handler hears of the request — a POST whose Content-Length is over its path's cap gets 413
+   * at once. Replaces the previous table; safe to call before listen() and while serving. Backends
+   * without it rely on `BodySink.maxBodyBytes` alone (the pipeline's caps hold either way). Feed it
+   * from `IngestPipeline.routeCaps(sources)`.
+   */
+  setRoutes?(caps: ReadonlyMap<string, number>): void;
 }

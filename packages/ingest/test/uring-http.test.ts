@@ -16,7 +16,16 @@ interface Seen {
   aborted: string | undefined;
 }
 
-function recordingHandler(opts: { sinkCap?: number; delay?: (head: RequestHead) => number } = {}) {
+interface HandlerOpts {
+  sinkCap?: number;
+  delay?: (head: RequestHead) => number;
+  /** Refuse on the head, as the pipeline does for other methods: 405 + Allow. */
+  postOnly?: boolean;
+  /** end() never resolves for these requests (a lost answer). */
+  hang?: (head: RequestHead) => boolean;
+}
+
+function recordingHandler(opts: HandlerOpts = {}) {
   const seen: Seen[] = [];
   const handler: IngestHandler = {
     async begin(head) {
@@ -24,12 +33,14 @@ function recordingHandler(opts: { sinkCap?: number; delay?: (head: RequestHead) 
       seen.push(rec);
       const ms = opts.delay?.(head) ?? 0;
       if (ms) await new Promise((r) => setTimeout(r, ms));
+      if (opts.postOnly && head.method !== 'POST') return { reject: { status: 405, headers: { allow: 'POST' }, body: { error: { code: 'method_not_allowed' } } } };
       const sink: BodySink = {
         maxBodyBytes: opts.sinkCap ?? 1 << 20,
         write(chunk) {
           rec.body.push(Buffer.from(chunk));
         },
         async end(): Promise<IngestResponse> {
+          if (opts.hang?.(head)) return new Promise<IngestResponse>(() => undefined);
           rec.ended = true;
           const body = Buffer.concat(rec.body);
           return { status: 202, headers: { 'x-url': head.url }, body: { url: head.url, bytes: body.length, text: body.toString('latin1') } };
@@ -137,15 +148,17 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
 
-async function start(opts: { maxBodyBytes?: number; sinkCap?: number; delay?: (h: RequestHead) => number; maxHeaders?: number } = {}) {
+async function start(opts: HandlerOpts & { maxBodyBytes?: number | null; maxHeaders?: number; answerTimeoutMs?: number } = {}) {
   const { handler, seen } = recordingHandler(opts);
   const server = createUringServer({
     handler,
     host: '127.0.0.1',
     port: 0,
-    maxBodyBytes: opts.maxBodyBytes ?? 1000,
+    // null: no global cap (the ingest role's setting); the sink's and the routes' caps decide.
+    ...(opts.maxBodyBytes !== null && { maxBodyBytes: opts.maxBodyBytes ?? 1000 }),
     closeGraceMs: 200,
     ...(opts.maxHeaders !== undefined && { maxHeaders: opts.maxHeaders }),
+    ...(opts.answerTimeoutMs !== undefined && { answerTimeoutMs: opts.answerTimeoutMs }),
   });
   servers.push(server);
   const { port } = await server.listen();
@@ -191,8 +204,8 @@ const MALFORMED: [name: string, raw: string, status: number][] = [
   ['HTTP/2.0 request line', `POST /a HTTP/2.0\r\n${H}Content-Length: 0\r\n\r\n`, 505],
   ['too many header fields', `POST /a HTTP/1.1\r\n${H}${many(70)}Content-Length: 0\r\n\r\n`, 431],
   ['head larger than the limit', `POST /a HTTP/1.1\r\n${H}X-Big: ${'a'.repeat(20_000)}\r\nContent-Length: 0\r\n\r\n`, 431],
-  ['GET with a body', `GET /a HTTP/1.1\r\n${H}Content-Length: 5\r\n\r\nhello`, 405],
-  ['DELETE with a chunked body', `DELETE /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 405],
+  ['asterisk-form target', `OPTIONS * HTTP/1.1\r\n${H}\r\n`, 400],
+  ['authority-form target', `CONNECT test:443 HTTP/1.1\r\n${H}\r\n`, 400],
   ['Content-Length over the global cap', `POST /a HTTP/1.1\r\n${H}Content-Length: 1001\r\n\r\n`, 413],
 ];
 
@@ -292,21 +305,36 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
     expect(seen.map((s) => s.head.url)).toEqual(['/1']);
   });
 
-  it('a body-less request with another method gets 405 and the connection stays usable', async () => {
-    const { port, seen } = await start();
+  it('every method reaches the handler; its 405 keeps a body-less connection usable and HEAD gets no body', async () => {
+    const { port, seen } = await start({ postOnly: true });
     const sock = connect(port, '127.0.0.1');
     sockets.push(sock);
     await new Promise<void>((r) => sock.once('connect', () => r()));
-    const got = readResponses(sock, 3);
-    sock.write(`GET /a HTTP/1.1\r\n${H}\r\nPOST /b HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nbHEAD /c HTTP/1.1\r\n${H}\r\n`);
-    const res = await got;
-    expect(res.map((r) => [r.status, r.headers['allow'], r.headers['connection']])).toEqual([
-      [405, 'POST', undefined],
-      [202, undefined, undefined],
-      [405, 'POST', undefined],
-    ]);
-    expect(seen.map((s) => s.head.url)).toEqual(['/b']);
+    const chunks: Buffer[] = [];
+    sock.on('data', (d) => chunks.push(d));
+    sock.write(`GET /a HTTP/1.1\r\n${H}\r\nPOST /b HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nbHEAD /c HTTP/1.1\r\n${H}\r\nPOST /d HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nd`);
+    await expect.poll(() => (Buffer.concat(chunks).toString('latin1').match(/HTTP\/1\.1 /g) ?? []).length).toBe(4);
+    await new Promise((r) => setTimeout(r, 50));
+    const text = Buffer.concat(chunks).toString('latin1');
+    // The HEAD answer announces the 405 body's length but carries no body: the next answer follows at once.
+    const head405 = /HTTP\/1\.1 405 [^\r]*\r\n(?:[^\r]+\r\n)*\r\n/g;
+    const parts = text.split(/(?=HTTP\/1\.1 )/);
+    expect(parts.map((p) => Number(p.slice(9, 12)))).toEqual([405, 202, 405, 202]);
+    expect(parts[2]).toMatch(head405);
+    expect(parts[2]!.replace(head405, '')).toBe('');
+    expect(parts[2]).toMatch(/content-length: [1-9]\d*\r\n/);
+    expect(parts[0]).toMatch(/\r\nallow: POST\r\n/);
+    expect(parts.some((p) => /connection: close/i.test(p))).toBe(false);
+    expect(seen.map((r) => `${r.head.method} ${r.head.url}`)).toEqual(['GET /a', 'POST /b', 'HEAD /c', 'POST /d']);
     expect(sock.destroyed).toBe(false);
+  });
+
+  it('another method with a body is the handler\'s to refuse; refused before the body, the connection closes', async () => {
+    const { port, seen } = await start({ postOnly: true, delay: () => 30 });
+    const { data, closed } = await exchange(port, [`DELETE /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`, '5\r\nhello\r\n']);
+    expect(parseResponses(data).map((r) => [r.status, r.headers['connection']])).toEqual([[405, 'close']]);
+    expect(closed).toBe(true);
+    expect(seen.map((r) => r.head.method)).toEqual(['DELETE']);
   });
 
   it('honours Connection: close and HTTP/1.0 without keep-alive', async () => {
@@ -385,6 +413,66 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
     expect(seen[0]!.ended).toBe(false);
     expect(seen[0]!.aborted).toBeTruthy();
     expect(Buffer.concat(seen[0]!.body).length).toBe(0);
+  });
+});
+
+describe.skipIf(!probe.ok)('uring backend: bodies before and after the handler accepts', () => {
+  it('a body far past the pre-accept window, sent while the handler decides, is delivered whole once accepted', async () => {
+    const { port, seen } = await start({ maxBodyBytes: null, delay: () => 100 });
+    const body = Buffer.alloc(300_000, 0x71);
+    const { data } = await exchange(port, [Buffer.concat([Buffer.from(`POST /big HTTP/1.1\r\n${H}Content-Length: ${body.length}\r\nConnection: close\r\n\r\n`), body])]);
+    const [r] = parseResponses(data);
+    expect(r!.status).toBe(202);
+    expect(JSON.parse(r!.body).bytes).toBe(300_000);
+    expect(Buffer.concat(seen[0]!.body).equals(body)).toBe(true);
+  });
+
+  it('the same, chunked and refused by the handler: 405 + close, nothing handed to a sink', async () => {
+    const { port, seen } = await start({ maxBodyBytes: null, postOnly: true, delay: () => 100 });
+    const chunk = `8000\r\n${'c'.repeat(0x8000)}\r\n`;
+    const { data, closed } = await exchange(port, [`PUT /x HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n${chunk.repeat(8)}0\r\n\r\n`]);
+    expect(parseResponses(data).map((r) => [r.status, r.headers['connection']])).toEqual([[405, 'close']]);
+    expect(closed).toBe(true);
+    expect(seen.map((r) => r.body.length)).toEqual([0]);
+  });
+
+  it("with no global cap, the accepted sink's cap is enforced natively for a chunked body: 413 + close, sink aborted", async () => {
+    const { port, seen } = await start({ maxBodyBytes: null, sinkCap: 1000 });
+    const chunk = `200\r\n${'z'.repeat(0x200)}\r\n`;
+    const { data, closed } = await exchange(port, [`POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`, chunk, chunk, chunk, '0\r\n\r\n']);
+    expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
+    expect(closed).toBe(true);
+    await expect.poll(() => seen[0]?.aborted).toBeTruthy();
+    expect(seen[0]!.ended).toBe(false);
+    expect(Buffer.concat(seen[0]!.body).length).toBeLessThanOrEqual(1000);
+  });
+});
+
+describe.skipIf(!probe.ok)('uring backend: answer deadline', () => {
+  it('a complete request the handler never answers gets 503 + Retry-After and close after answerTimeoutMs; its sink is aborted', async () => {
+    const { port, seen } = await start({ answerTimeoutMs: 300, hang: (h) => h.url === '/hang' });
+    const t0 = Date.now();
+    const { data, closed } = await exchange(port, [`POST /hang HTTP/1.1\r\n${H}Content-Length: 2\r\n\r\nhi`], 3000);
+    const waited = Date.now() - t0;
+    const res = parseResponses(data);
+    expect(res.map((r) => [r.status, r.headers['retry-after'], r.headers['connection']])).toEqual([[503, '1', 'close']]);
+    expect(JSON.parse(res[0]!.body)).toMatchObject({ error: { code: 'unavailable' } });
+    expect(closed).toBe(true);
+    // Not before the deadline: the answer had its full time.
+    expect(waited).toBeGreaterThanOrEqual(300);
+    await expect.poll(() => seen[0]?.aborted).toBeTruthy();
+    // Requests that are answered are untouched by it, on the same server.
+    const ok = await exchange(port, [`POST /ok HTTP/1.1\r\n${H}Content-Length: 0\r\nConnection: close\r\n\r\n`]);
+    expect(parseResponses(ok.data).map((r) => r.status)).toEqual([202]);
+  });
+
+  it('a handler that never decides on a body-less request is cut off the same way', async () => {
+    const server = createUringServer({ handler: { begin: () => new Promise(() => undefined) }, host: '127.0.0.1', port: 0, answerTimeoutMs: 200, closeGraceMs: 100 });
+    servers.push(server);
+    const { port } = await server.listen();
+    const { data, closed } = await exchange(port, [`GET /x HTTP/1.1\r\n${H}\r\n`], 3000);
+    expect(parseResponses(data).map((r) => r.status)).toEqual([503]);
+    expect(closed).toBe(true);
   });
 });
 

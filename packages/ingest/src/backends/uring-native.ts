@@ -23,8 +23,8 @@ export interface NativeOptions {
   bufCount?: number;
   bufSize?: number;
   ringEntries?: number;
-  /** Answer 405 natively for anything but POST (the ingest port serves nothing else). */
-  postOnly?: boolean;
+  /** A complete request not answered within this gets 503 + close and an ABORT event. */
+  answerTimeoutMs?: number;
 }
 
 export const EV_HEAD = 1;
@@ -47,7 +47,7 @@ interface Binding {
   create(opts: Record<string, unknown>, onEvents: (events: NativeEvent[]) => void): Handle | number;
   listen(h: Handle): number;
   respond(h: Handle, id: number, data: Buffer, close: boolean): number;
-  cont(h: Handle, id: number): number;
+  cont(h: Handle, id: number, bodyCap: number): number;
   setRoutes(h: Handle, paths: string[], caps: number[]): number;
   close(h: Handle, graceMs: number): number;
   probe(): [number] | [number, string];
@@ -104,7 +104,7 @@ export class NativeServer {
 
   constructor(opts: NativeOptions, onEvents: (events: NativeEvent[]) => void) {
     this.#b = binding();
-    const h = this.#b.create({ ...opts, reusePort: opts.reusePort ? 1 : 0, postOnly: opts.postOnly === false ? 0 : 1 }, onEvents);
+    const h = this.#b.create({ ...opts, reusePort: opts.reusePort ? 1 : 0 }, onEvents);
     if (typeof h === 'number') throw uringError('create', h);
     this.#h = h;
   }
@@ -118,8 +118,9 @@ export class NativeServer {
     if (rc !== -ENOTCONN) check('respond', rc);
   }
 
-  continue(id: number): void {
-    const rc = this.#b.cont(this.#h, id);
+  /** The request was accepted: body bytes flow past the pre-accept window, capped at `bodyCap` natively. */
+  continue(id: number, bodyCap: number): void {
+    const rc = this.#b.cont(this.#h, id, bodyCap);
     if (rc !== -ENOTCONN) check('continue', rc);
   }
 

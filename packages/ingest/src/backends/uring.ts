@@ -19,6 +19,12 @@ export interface UringTuning {
   keepAliveTimeoutMs?: number;
   /** How long close() lets in-flight requests finish. Default 5000. */
   closeGraceMs?: number;
+  /**
+   * A complete request the handler has not answered within this gets 503 + Retry-After and the
+   * connection is closed (its sink is aborted), so a lost answer cannot pin a connection until
+   * shutdown. Counted from the last body byte. Default 60000.
+   */
+  answerTimeoutMs?: number;
   maxConnections?: number;
   /** Provided-buffer ring: buffer count (power of two) and size. Defaults 1024 × 16 KiB. */
   bufCount?: number;
@@ -68,7 +74,8 @@ const FORBIDDEN_VALUE = /[\0\r\n]/;
 /** Framing headers belong to the backend; a handler cannot override them. */
 const RESERVED = new Set(['content-length', 'content-type', 'transfer-encoding', 'connection']);
 
-function encodeResponse(res: IngestResponse, close: boolean): Buffer {
+/** A response to HEAD carries the headers a GET would get, never the body (RFC 9110 §9.3.2). */
+function encodeResponse(res: IngestResponse, close: boolean, headOnly: boolean): Buffer {
   const body = res.body === undefined ? '' : JSON.stringify(res.body);
   let head = `HTTP/1.1 ${res.status} ${STATUS_CODES[res.status] ?? 'Unknown'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n`;
   if (res.headers) {
@@ -79,6 +86,7 @@ function encodeResponse(res: IngestResponse, close: boolean): Buffer {
     }
   }
   if (close) head += 'connection: close\r\n';
+  if (headOnly) return Buffer.from(`${head}\r\n`, 'latin1');
   return Buffer.concat([Buffer.from(`${head}\r\n`, 'latin1'), Buffer.from(body, 'utf8')]);
 }
 
@@ -131,6 +139,7 @@ class UringServer implements UringIngestServer {
         ...(o.maxConnections !== undefined && { maxConnections: o.maxConnections }),
         ...(o.bufCount !== undefined && { bufCount: o.bufCount }),
         ...(o.bufSize !== undefined && { bufSize: o.bufSize }),
+        ...(o.answerTimeoutMs !== undefined && { answerTimeoutMs: o.answerTimeoutMs }),
       },
       (events) => this.#onEvents(events),
     );
@@ -241,8 +250,9 @@ class UringServer implements UringIngestServer {
       return;
     }
     req.sink = sink;
-    // Native sends 100 Continue only if the client asked for it; the body was held back until now.
-    this.#native?.continue(req.id);
+    // Native sends 100 Continue if the client asked for it, lets a body past its pre-accept window
+    // flow, and from now on refuses natively (413 + close) any byte past the sink's cap.
+    this.#native?.continue(req.id, sink.maxBodyBytes);
     const pending = req.pending;
     req.pending = [];
     let seen = 0;
@@ -304,6 +314,6 @@ class UringServer implements UringIngestServer {
     this.#reqs.delete(req.id);
     // Answering before the whole body arrived leaves bytes unread: native closes, so say so.
     const close = res.close === true || req.closeAfter || (req.hasBody && !req.ended);
-    this.#native?.respond(req.id, encodeResponse(res, close), close);
+    this.#native?.respond(req.id, encodeResponse(res, close, req.head.method === 'HEAD'), close);
   }
 }

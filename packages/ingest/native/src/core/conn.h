@@ -31,6 +31,7 @@ typedef struct spw_conn {
   uint32_t seq; /* request sequence on this connection; low half of request ids */
   uint8_t recv_armed, send_inflight, closing, read_eof, paused, dirty;
   uint8_t keep_alive, responded, want_continue, close_after_send, fin_sent, head_started;
+  uint8_t accepted; /* the embedder took the request (spw_server_continue): body past the window flows */
   spw_buf in;       /* received bytes not yet framed */
   spw_buf sending;  /* owned by the in-flight send: never reallocated while the kernel reads it */
   size_t sent;

@@ -32,6 +32,11 @@
 #define DRAIN_FIN_WAIT_MS 2000
 #define DRAIN_MAX_MS 10000
 #define TICK_MS 100
+/* Body bytes framed and handed up before the embedder has accepted the request. Most webhooks fit,
+ * so head and body usually go up in one batch; a larger body waits (in `in`, then in the socket:
+ * TCP backpressure, as node:http gives) until the embedder accepts, so a request it is about to
+ * refuse (unknown source, 403, 401, 429) cannot make it hold more than this. */
+#define PREACCEPT_BODY_BYTES (64u * 1024u)
 
 enum { T_IGNORE = 0, T_ACCEPT = 1, T_RECV = 2, T_SEND = 3, T_WAKE = 4, T_TIMER = 5 };
 #define UD(tag, idx) (((uint64_t)(tag) << 56) | (uint64_t)(idx))
@@ -55,6 +60,7 @@ typedef struct cmd {
   route *routes;
   size_t n_routes;
   uint32_t grace_ms;
+  uint64_t cap;
   struct cmd *next;
 } cmd;
 
@@ -104,7 +110,9 @@ void spw_config_defaults(spw_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->host = "0.0.0.0";
   cfg->backlog = 4096;
-  cfg->max_body_bytes = 1024 * 1024;
+  /* No global cap by default, as node:http: the route caps (the sources' maxBodyBytes) and the
+   * embedder's own checks decide, and the pre-accept window bounds what an undecided request holds. */
+  cfg->max_body_bytes = UINT64_MAX;
   cfg->max_head_bytes = 16 * 1024;
   cfg->max_headers = 64;
   cfg->headers_timeout_ms = 10000;
@@ -114,7 +122,7 @@ void spw_config_defaults(spw_config *cfg) {
   cfg->buf_count = 1024;
   cfg->buf_size = 16 * 1024;
   cfg->ring_entries = 2048;
-  cfg->post_only = 1;
+  cfg->answer_timeout_ms = 60000;
 }
 
 /* ---------- batches handed to the embedder ---------- */
@@ -289,7 +297,6 @@ static const char *reason_phrase(int status) {
   switch (status) {
     case 100: return "Continue";
     case 400: return "Bad Request";
-    case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
     case 431: return "Request Header Fields Too Large";
@@ -302,7 +309,6 @@ static const char *reason_phrase(int status) {
 
 static const char *api_code(int status) {
   switch (status) {
-    case 405: return "method_not_allowed";
     case 408: return "request_timeout";
     case 413: return "payload_too_large";
     case 431: return "headers_too_large";
@@ -320,7 +326,7 @@ static void queue_error(spw_server *s, spw_conn *c, int status, const char *why,
   char head[256];
   int hl = snprintf(head, sizeof head,
                     "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s%s\r\n",
-                    status, reason_phrase(status), bl, status == 405 ? "allow: POST\r\n" : "",
+                    status, reason_phrase(status), bl, status == 503 ? "retry-after: 1\r\n" : "",
                     close_conn ? "connection: close\r\n" : "");
   queue_out(s, c, head, (size_t)hl);
   queue_out(s, c, body, (size_t)bl);
@@ -387,20 +393,12 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
         reply_error(s, c, parse_status(r), h->error);
         return len;
       }
-      if (s->cfg.post_only && !(h->method.len == 4 && memcmp(h->method.p, "POST", 4) == 0)) {
-        if (h->chunked || h->content_length > 0 || !h->keep_alive || s->closing) {
-          reply_error(s, c, 405, "only POST is accepted");
-          return len;
-        }
-        /* Framing is sound and there is no body to skip: the connection stays usable. */
-        queue_error(s, c, 405, "only POST is accepted", 0);
-        memset(&c->scan, 0, sizeof c->scan);
-        c->head_started = 0;
-        c->since_ms = now_ms();
-        off += head_len;
-        continue;
-      }
-      uint64_t cap = route_cap(s, h->target);
+      /* Every method goes up: which answer a non-POST gets (404 off the ingest routes, 405 on them)
+       * is the pipeline's decision, so both backends give the same one. Only framing is decided here,
+       * and size: the route caps are the sources' POST caps (the pipeline checks the method before
+       * the size), the global cap holds for every method. */
+      int is_post = h->method.len == 4 && memcmp(h->method.p, "POST", 4) == 0;
+      uint64_t cap = is_post ? route_cap(s, h->target) : s->cfg.max_body_bytes;
       if (h->content_length > 0 && (uint64_t)h->content_length > cap) {
         reply_error(s, c, 413, "body exceeds the size limit");
         return len;
@@ -410,6 +408,7 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
       c->keep_alive = (uint8_t)(h->keep_alive && !s->closing);
       c->body_cap = cap;
       c->want_continue = (uint8_t)(h->expect_continue && (h->chunked || h->content_length > 0));
+      c->accepted = 0;
       emit_head(s, c, h);
       hp_body_init(&c->body, h);
       memset(&c->scan, 0, sizeof c->scan);
@@ -419,6 +418,9 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
       c->since_ms = now_ms();
     }
     if (c->state == C_BODY) {
+      /* A client that sent Expect: 100-continue sends nothing before the 100, so this only holds
+       * bodies that were sent anyway. */
+      if (!c->accepted && c->body.total >= PREACCEPT_BODY_BYTES) return off;
       const char *o;
       size_t ol, used;
       int r = hp_body_feed(&c->body, buf + off, len - off, &used, &o, &ol);
@@ -439,6 +441,7 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
       if (!c->responded) emit_text(s, c, SPW_EV_END, NULL);
       c->state = C_WAIT;
       c->want_continue = 0;
+      c->since_ms = now_ms(); /* the answer deadline runs from here */
     }
     if (c->state == C_WAIT) return off;
   }
@@ -461,8 +464,10 @@ static void on_data(spw_server *s, spw_conn *c, uint32_t idx, const char *data, 
     size_t used = process(s, c, c->in.p, c->in.len);
     spw_buf_consume(&c->in, used);
   }
-  /* Pipelined bytes wait while a request is answered; past a bound, stop reading (backpressure). */
-  if (c->state == C_WAIT && c->in.len > pipeline_limit(s) && !c->paused && c->recv_armed) {
+  /* Pipelined bytes wait while a request is answered, body bytes past the pre-accept window while
+   * it is decided; past a bound, stop reading (backpressure). */
+  int holding = c->state == C_WAIT || (c->state == C_BODY && !c->accepted);
+  if (holding && c->in.len > pipeline_limit(s) && !c->paused && c->recv_armed) {
     c->paused = 1;
     cancel_ud(s, UD(T_RECV, idx));
   }
@@ -559,10 +564,28 @@ static void do_respond(spw_server *s, cmd *m) {
 static void do_continue(spw_server *s, cmd *m) {
   uint32_t idx;
   spw_conn *c = lookup(s, m->id, &idx);
-  if (!c || c->state != C_BODY || !c->want_continue) return;
-  c->want_continue = 0;
-  static const char k100[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  queue_out(s, c, k100, sizeof k100 - 1);
+  if (!c || c->state != C_BODY || c->accepted) return;
+  c->accepted = 1;
+  /* The embedder's cap for this request (the source's) is enforced from here on, natively: bytes
+   * past it are never framed or handed up. */
+  if (m->cap < c->body_cap) c->body_cap = m->cap;
+  if (c->body.total > c->body_cap) {
+    reply_error(s, c, 413, "body exceeds the size limit");
+    mark_dirty(s, c);
+    return;
+  }
+  if (c->want_continue) {
+    c->want_continue = 0;
+    static const char k100[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    queue_out(s, c, k100, sizeof k100 - 1);
+  }
+  /* Body bytes held past the pre-accept window flow now. Run even with nothing buffered: the
+   * window may have stopped framing right after the last body byte, before the decoder said done. */
+  static const char none[1];
+  size_t used = process(s, c, c->in.len ? c->in.p : none, c->in.len);
+  spw_buf_consume(&c->in, used);
+  if (!c->closing) resume_reading(s, c, idx);
+  mark_dirty(s, c);
 }
 
 static void free_routes(route *r, size_t n) {
@@ -635,6 +658,9 @@ static void sweep(spw_server *s) {
         break;
       case C_BODY:
         if (age > s->cfg.request_timeout_ms) reply_error(s, c, 408, "request body not received in time");
+        break;
+      case C_WAIT:
+        if (!c->responded && age > s->cfg.answer_timeout_ms) reply_error(s, c, 503, "no answer in time");
         break;
       case C_DRAIN:
         if ((c->fin_sent && age > DRAIN_FIN_WAIT_MS) || age > DRAIN_MAX_MS) conn_close(s, c);
@@ -796,6 +822,7 @@ int spw_server_create(const spw_config *cfg, spw_deliver_fn deliver, void *ctx, 
   if (!cfg->buf_count || (cfg->buf_count & (cfg->buf_count - 1)) || cfg->buf_count > 32768) return -EINVAL;
   if (cfg->buf_size < 512 || cfg->max_conns == 0 || cfg->max_conns > (1u << 20)) return -EINVAL;
   if (cfg->max_headers == 0 || cfg->max_headers > HP_MAX_HEADERS_HARD || cfg->max_head_bytes < 64) return -EINVAL;
+  if (cfg->answer_timeout_ms == 0) return -EINVAL;
   if (strlen(cfg->host) >= 64) return -EINVAL;
   spw_server *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
@@ -937,11 +964,12 @@ int spw_server_respond(spw_server *s, double id, const char *data, size_t len, i
   return push_cmd(s, m);
 }
 
-int spw_server_continue(spw_server *s, double id) {
+int spw_server_continue(spw_server *s, double id, uint64_t body_cap) {
   cmd *m = calloc(1, sizeof *m);
   if (!m) return -ENOMEM;
   m->type = CMD_CONTINUE;
   m->id = id;
+  m->cap = body_cap;
   return push_cmd(s, m);
 }
 

@@ -25,7 +25,9 @@ typedef struct spw_config {
   uint32_t buf_count; /* power of two */
   uint32_t buf_size;
   uint32_t ring_entries;
-  int post_only; /* answer 405 natively for any other method */
+  /* A complete request the embedder has not answered after this long gets 503 + close (and an
+   * ABORT event), so a lost answer cannot pin a connection until shutdown. */
+  uint32_t answer_timeout_ms;
 } spw_config;
 
 void spw_config_defaults(spw_config *cfg);
@@ -68,7 +70,9 @@ int spw_server_create(const spw_config *cfg, spw_deliver_fn deliver, void *ctx, 
 int spw_server_start(spw_server *srv);
 /* Thread-safe commands; they take effect on the ring thread. Unknown/stale ids are ignored. */
 int spw_server_respond(spw_server *srv, double id, const char *data, size_t len, int close);
-int spw_server_continue(spw_server *srv, double id);
+/* The embedder accepted the request: sends 100 Continue if asked for, lets body bytes past the
+ * pre-accept window flow, and lowers the request's body cap to body_cap (UINT64_MAX: unchanged). */
+int spw_server_continue(spw_server *srv, double id, uint64_t body_cap);
 /* Replaces the route table (exact path without query → body cap). Copies its input. */
 int spw_server_set_routes(spw_server *srv, const char *const *paths, const uint64_t *caps, size_t n);
 /* Stop accepting, finish in-flight requests for up to grace_ms, then stop; SPW_EV_CLOSED follows. */

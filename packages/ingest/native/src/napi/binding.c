@@ -219,9 +219,9 @@ static napi_value js_create(napi_env env, napi_callback_info info) {
     if (napi_get_value_string_utf8(env, hv, host, sizeof host, &n) != napi_ok) return misuse(env, "host must be a string");
   }
   cfg.host = host;
-  uint32_t port = 0, reuse = 0, post_only = 1;
+  uint32_t port = 0, reuse = 0;
   if (get_prop_u32(env, argv[0], "port", &port) || port > 65535 || get_prop_u32(env, argv[0], "reusePort", &reuse) ||
-      get_prop_u32(env, argv[0], "postOnly", &post_only) || get_prop_u64(env, argv[0], "maxBodyBytes", &cfg.max_body_bytes) ||
+      get_prop_u32(env, argv[0], "answerTimeoutMs", &cfg.answer_timeout_ms) || get_prop_u64(env, argv[0], "maxBodyBytes", &cfg.max_body_bytes) ||
       get_prop_u32(env, argv[0], "maxHeadBytes", &cfg.max_head_bytes) ||
       get_prop_u32(env, argv[0], "maxHeaders", &cfg.max_headers) ||
       get_prop_u32(env, argv[0], "headersTimeoutMs", &cfg.headers_timeout_ms) ||
@@ -233,7 +233,6 @@ static napi_value js_create(napi_env env, napi_callback_info info) {
     return misuse(env, "numeric options must be non-negative numbers");
   cfg.port = (int)port;
   cfg.reuse_port = reuse != 0;
-  cfg.post_only = post_only != 0;
 
   addon_server *as = calloc(1, sizeof *as);
   if (!as) return num(env, -ENOMEM);
@@ -288,15 +287,19 @@ static napi_value js_respond(napi_env env, napi_callback_info info) {
   return num(env, spw_server_respond(as->srv, id, data, len, close_conn));
 }
 
+/* cont(handle, id, bodyCap) */
 static napi_value js_continue(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
+  size_t argc = 3;
+  napi_value argv[3];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  addon_server *as = argc == 2 ? get_server(env, argv[0]) : NULL;
-  double id;
-  if (!as || napi_get_value_double(env, argv[1], &id) != napi_ok) return misuse(env, "continue(handle, id)");
+  addon_server *as = argc == 3 ? get_server(env, argv[0]) : NULL;
+  double id, cap;
+  if (!as || napi_get_value_double(env, argv[1], &id) != napi_ok || napi_get_value_double(env, argv[2], &cap) != napi_ok || !(cap >= 0))
+    return misuse(env, "cont(handle, id, bodyCap)");
   if (!as->started || as->closed) return num(env, -ENOTCONN);
-  return num(env, spw_server_continue(as->srv, id));
+  /* Infinity or anything past 2^53 means no cap of its own. */
+  uint64_t c = cap > 9007199254740991.0 ? UINT64_MAX : (uint64_t)cap;
+  return num(env, spw_server_continue(as->srv, id, c));
 }
 
 /* setRoutes(handle, paths: string[], caps: number[]) */
