@@ -3,6 +3,7 @@
  * with ratios against the peers measured in the same run, and writes docs/benchmarks/results.json,
  * results.svg and README.md (targets next to the last result, with the machine and versions).
  */
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { machineInfo } from './lib/machine.ts';
 import { type BenchResult, printResult, type ResultsFile, readResults, writeAll } from './lib/report.ts';
@@ -44,6 +45,8 @@ async function main() {
   let failed = 0;
   for (const b of selected) {
     const started = Date.now();
+    // Other work on the machine moves every number: say how busy it was when this one started.
+    const load = Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
     const log = (m: string) =>
       process.stdout.write(`  [${b.name} +${((Date.now() - started) / 1000).toFixed(0)}s] ${m}\n`);
     let result: BenchResult;
@@ -72,6 +75,7 @@ async function main() {
         durationS: (Date.now() - started) / 1000,
       };
     }
+    result.notes.push(`1-min load average when it started: ${load}.`);
     printResult(result);
     file.results[b.name] = result;
     // Written after every benchmark: an interrupted run still leaves what it measured.

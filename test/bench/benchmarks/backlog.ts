@@ -23,7 +23,8 @@ export const backlog: Benchmark = {
     'Drain rate reported (no target in the issue).',
   ],
   async run({ quick, log }) {
-    const N = quick ? 20_000 : 1_000_000;
+    // SPILLWAY_BENCH_BACKLOG overrides the size (calibration runs).
+    const N = Number(process.env.SPILLWAY_BENCH_BACKLOG ?? (quick ? 20_000 : 1_000_000));
     const drainMs = quick ? 15_000 : 60_000;
     const rows: Row[] = [];
     const notes: string[] = [];
