@@ -1,13 +1,14 @@
-// Not yet re-exported by @spillway/ingest's index.ts (the lead wires that); relative until then.
+import { spawn } from 'node:child_process';
 import {
   attachEdge,
   detachEdge,
+  EDGE_LOADER,
   type EdgeMode,
   edgeStatus,
   loadAllowRanges,
   setEdgeMode,
 } from '@spillway/ingest';
-import type { Command } from 'commander';
+import { Argument, type Command, Option } from 'commander';
 
 type Result = { available: boolean; reason?: string };
 
@@ -22,74 +23,130 @@ function finish(r: Result, out: unknown): void {
 
 const collect = (v: string, prev: string[]) => [...prev, v];
 
-/** `spillway edge attach|detach|status|mode|allow`: the kernel edge (docs/edge.md). Needs root. */
+interface ScopeOpts {
+  pinRoot?: string;
+  netns?: string;
+}
+
+/** Every edge command can work on another pin directory and inside a named network namespace. */
+function scoped(cmd: Command): Command {
+  return cmd
+    .option('--pin-root <dir>', 'bpffs pin directory (default /sys/fs/bpf/spillway)')
+    .option(
+      '--netns <name>',
+      'run inside this network namespace (ip netns exec); pin root must be outside /sys',
+    );
+}
+
+const scope = (o: ScopeOpts): ScopeOpts => ({ pinRoot: o.pinRoot, netns: o.netns });
+
+/** `spillway edge attach|detach|status|mode|allow|steer`: the kernel edge (docs/edge.md). Needs root. */
 export function registerEdgeCommands(program: Command): void {
   const edge = program
     .command('edge')
     .description('kernel edge: XDP allowlist, drop tracer, reuseport steering (root)');
-  edge
-    .command('attach')
-    .description('load and attach XDP on the given interfaces, and the drop tracer')
-    .option('--dev <iface>', 'interface for XDP (repeatable)', collect, [] as string[])
-    .option('--port <n>', 'ingest port (default SPILLWAY_INGEST_PORT or 8080)')
-    .option('--mode <mode>', 'off | monitor | enforce')
-    .option('--xdp-mode <m>', 'auto | skb | native', 'auto')
-    .option('--no-trace', 'do not attach the drop tracer')
-    .option('--pin-root <dir>', 'bpffs pin directory')
-    .action(
-      async (o: {
+  scoped(
+    edge
+      .command('attach')
+      .description('load and attach XDP on the given interfaces, and the drop tracer')
+      .option('--dev <iface>', 'interface for XDP (repeatable)', collect, [] as string[])
+      .option('--port <n>', 'ingest port (default SPILLWAY_INGEST_PORT or 8080)')
+      .addOption(new Option('--mode <mode>', 'verdict mode').choices(['off', 'monitor', 'enforce']))
+      .addOption(
+        new Option('--xdp-mode <m>', 'XDP attach mode').choices(['auto', 'skb', 'native']).default('auto'),
+      )
+      .option('--no-trace', 'do not attach the drop tracer'),
+  ).action(
+    async (
+      o: ScopeOpts & {
         dev: string[];
         port?: string;
         mode?: EdgeMode;
         xdpMode: 'auto' | 'skb' | 'native';
         trace: boolean;
-        pinRoot?: string;
-      }) => {
-        const r = await attachEdge({
-          devices: o.dev,
-          port: o.port ? Number(o.port) : undefined,
-          mode: o.mode,
-          xdpMode: o.xdpMode,
-          trace: o.trace,
-          pinRoot: o.pinRoot,
-        });
-        finish(r, r.available ? r.status : null);
       },
-    );
-  edge
-    .command('detach')
-    .description('detach XDP (given interfaces, or everything incl. the tracer)')
-    .option('--dev <iface>', 'interface (repeatable)', collect, [] as string[])
-    .option('--purge', 'also remove the pinned maps (counters, ranges)')
-    .option('--pin-root <dir>', 'bpffs pin directory')
-    .action(async (o: { dev: string[]; purge?: boolean; pinRoot?: string }) => {
-      const r = await detachEdge({ devices: o.dev, purge: o.purge, pinRoot: o.pinRoot });
-      finish(r, r.available ? r.out : null);
-    });
-  edge
-    .command('status')
-    .description('attachments, mode, verdict counters, kernel drops, steering')
-    .option('--pin-root <dir>', 'bpffs pin directory')
-    .action(async (o: { pinRoot?: string }) => {
-      const r = await edgeStatus({ pinRoot: o.pinRoot });
+    ) => {
+      const r = await attachEdge({
+        devices: o.dev,
+        port: o.port ? Number(o.port) : undefined,
+        mode: o.mode,
+        xdpMode: o.xdpMode,
+        trace: o.trace,
+        ...scope(o),
+      });
       finish(r, r.available ? r.status : null);
+    },
+  );
+  scoped(
+    edge
+      .command('detach')
+      .description('detach XDP (given interfaces, or everything incl. the tracer)')
+      .option('--dev <iface>', 'interface (repeatable)', collect, [] as string[])
+      .option('--purge', 'also remove the pinned maps (counters, ranges)'),
+  ).action(async (o: ScopeOpts & { dev: string[]; purge?: boolean }) => {
+    const r = await detachEdge({ devices: o.dev, purge: o.purge, ...scope(o) });
+    finish(r, r.available ? r.out : null);
+  });
+  scoped(
+    edge.command('status').description('attachments, mode, verdict counters, kernel drops, steering'),
+  ).action(async (o: ScopeOpts) => {
+    const r = await edgeStatus(scope(o));
+    finish(r, r.available ? r.status : null);
+  });
+  scoped(
+    edge
+      .command('mode')
+      .description('set the XDP verdict mode')
+      .addArgument(new Argument('<mode>', 'verdict mode').choices(['off', 'monitor', 'enforce'])),
+  ).action(async (mode: EdgeMode, o: ScopeOpts) => {
+    const r = await setEdgeMode(mode, scope(o));
+    finish(r, r.available ? r.out : null);
+  });
+  scoped(
+    edge
+      .command('allow')
+      .description('load provider ranges (GitHub meta JSON, Stripe JSON, CIDR lines); atomic swap')
+      .requiredOption('--file <path>', 'ranges file (repeatable)', collect, [] as string[])
+      .option('--block <path>', 'blocklist file (repeatable)', collect, [] as string[]),
+  ).action(async (o: ScopeOpts & { file: string[]; block: string[] }) => {
+    const r = await loadAllowRanges(o.file, { blockFiles: o.block, ...scope(o) });
+    finish(r, r.available ? r.out : null);
+  });
+  scoped(
+    edge
+      .command('steer')
+      .description('foreground: SK_REUSEPORT steering for every listener on --port (Ctrl-C detaches)')
+      .requiredOption('--port <n>', 'the SO_REUSEPORT port of the ingest workers')
+      .option('--busy-pct <p>', 'skip a worker whose accept queue holds >= p % of its backlog', '50')
+      .option('--interval-us <u>', 'queue-depth publishing interval', '1000'),
+  ).action(async (o: ScopeOpts & { port: string; busyPct: string; intervalUs: string }) => {
+    // The loader is the daemon; this process only forwards signals and its exit code.
+    const args = [
+      ...(o.pinRoot ? ['--pin-root', o.pinRoot] : []),
+      'steer',
+      '--port',
+      o.port,
+      '--busy-pct',
+      o.busyPct,
+      '--interval-us',
+      o.intervalUs,
+    ];
+    const [cmd, argv] = o.netns
+      ? ['ip', ['netns', 'exec', o.netns, EDGE_LOADER, ...args]]
+      : [EDGE_LOADER, args];
+    const child = spawn(cmd, argv, { stdio: 'inherit' });
+    const forward = (sig: NodeJS.Signals) => child.kill(sig);
+    process.on('SIGINT', forward);
+    process.on('SIGTERM', forward);
+    const code = await new Promise<number>((res) => {
+      child.once('error', (err) => {
+        process.stderr.write(`spillway edge: ${err.message}\n`);
+        res(1);
+      });
+      child.once('exit', (c) => res(c ?? 1));
     });
-  edge
-    .command('mode <mode>')
-    .description('off | monitor | enforce')
-    .option('--pin-root <dir>', 'bpffs pin directory')
-    .action(async (mode: EdgeMode, o: { pinRoot?: string }) => {
-      const r = await setEdgeMode(mode, { pinRoot: o.pinRoot });
-      finish(r, r.available ? r.out : null);
-    });
-  edge
-    .command('allow')
-    .description('load provider ranges (GitHub meta JSON, Stripe JSON, CIDR lines); atomic swap')
-    .requiredOption('--file <path>', 'ranges file (repeatable)', collect, [] as string[])
-    .option('--block <path>', 'blocklist file (repeatable)', collect, [] as string[])
-    .option('--pin-root <dir>', 'bpffs pin directory')
-    .action(async (o: { file: string[]; block: string[]; pinRoot?: string }) => {
-      const r = await loadAllowRanges(o.file, { blockFiles: o.block, pinRoot: o.pinRoot });
-      finish(r, r.available ? r.out : null);
-    });
+    process.off('SIGINT', forward);
+    process.off('SIGTERM', forward);
+    process.exitCode = code;
+  });
 }
