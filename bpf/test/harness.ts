@@ -5,7 +5,8 @@
  * SPILLWAY_SKIP_BPF=1 is set explicitly, never silently.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -14,10 +15,58 @@ export const BUILD = join(BPF_DIR, '.build');
 export const LOADER = join(BUILD, 'spillway-edge');
 export const skipBpf = process.env.SPILLWAY_SKIP_BPF === '1';
 
+/**
+ * An id for the kernel objects a suite creates (network namespaces `spw-<kind>-<id>`, bpffs mounts
+ * `/run/spw-bpf-[<kind>-]<id>`): it carries this process's pid, so that a later run can tell what a
+ * killed run left behind from what a running one still uses. 10 characters at most (veth names).
+ */
+export function ownedId(): string {
+  return `${process.pid.toString(36)}x${randomBytes(2).toString('hex')}`;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes what edge suites of dead processes left (a killed test run never reaches afterAll): their
+ * network namespaces with every process still in them, and their bpffs mounts — unmounting drops
+ * the pins, and with them the XDP/tracer links and maps.
+ */
+export function sweepStale(): void {
+  const owner = (name: string, re: RegExp) => {
+    const m = re.exec(name);
+    return m ? Number.parseInt(m[1]!, 36) : undefined;
+  };
+  const list = run('ip', ['netns', 'list']);
+  for (const line of list.stdout.split('\n')) {
+    const name = line.split(' ')[0] ?? '';
+    const pid = owner(name, /^spw-[a-z]+-([0-9a-z]+)x[0-9a-f]{4}$/);
+    if (pid === undefined || alive(pid)) continue;
+    for (const p of run('ip', ['netns', 'pids', name]).stdout.split('\n').filter(Boolean)) run('kill', ['-9', p]);
+    run('ip', ['netns', 'del', name]);
+  }
+  for (const name of readdirSync('/run')) {
+    const pid = owner(name, /^spw-bpf-(?:[a-z]+-)?([0-9a-z]+)x[0-9a-f]{4}$/);
+    if (pid === undefined || alive(pid)) continue;
+    run('umount', [`/run/${name}`]);
+    run('rmdir', [`/run/${name}`]);
+  }
+}
+
 let built = false;
-/** Runs bpf/build.sh (quick when up to date) and makes sure bpffs and tracefs are mounted. */
+/**
+ * Runs bpf/build.sh (quick when up to date), makes sure bpffs and tracefs are mounted, and sweeps
+ * what killed runs left behind.
+ */
 export function buildBpf(): void {
   if (built) return;
+  sweepStale();
   execFileSync(join(BPF_DIR, 'build.sh'), { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, SPILLWAY_BPF_REQUIRED: '1' } });
   ensureMounts();
   built = true;

@@ -1,14 +1,13 @@
 import { execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BPF_DIR, buildBpf, LOADER, run, skipBpf } from '../../bpf/test/harness.ts';
+import { BPF_DIR, buildBpf, LOADER, ownedId, run, skipBpf } from '../../bpf/test/harness.ts';
 
 // `spillway edge ...` as an operator runs it: the real CLI in a subprocess, against a network
 // namespace of its own (one end of a veth pair takes the XDP program) and a private bpffs.
-const id = randomBytes(3).toString('hex');
+const id = ownedId(); // carries our pid: a later run sweeps what a killed one left
 const NS = `spw-cli-${id}`;
 const DEV = 'spwcli0';
 const BPFFS = `/run/spw-bpf-cli-${id}`;

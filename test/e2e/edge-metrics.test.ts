@@ -1,16 +1,15 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { attachEdge, registerKernelDropMetrics } from '@spillway/ingest';
 import { registry } from '@spillway/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildBpf, LOADER, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
+import { buildBpf, LOADER, ownedId, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
 import { synRetryGapValues } from '../../packages/ingest/src/edge.ts';
 
 // registerKernelDropMetrics end to end: a real overflow of a never-accepting listener in a network
 // namespace (XDP + tracer attached there), then a scrape of the registry. The metrics must show the
 // kernel's own numbers: the traced overflows equal TcpExtListenOverflows, the SYN-retry gap
 // histogram is a well-formed cumulative histogram around the 1 s initial SYN RTO.
-const id = randomBytes(3).toString('hex');
+const id = ownedId(); // carries our pid: a later run sweeps what a killed one left
 const S = `spw-ms-${id}`;
 const C = `spw-mc-${id}`;
 const vS = `spwms${id}`.slice(0, 15);

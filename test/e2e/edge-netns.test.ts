@@ -1,12 +1,11 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BPF_DIR, buildBpf, LOADER, run, skipBpf, spawnReady } from '../../bpf/test/harness.ts';
+import { BPF_DIR, buildBpf, LOADER, ownedId, run, skipBpf, spawnReady } from '../../bpf/test/harness.ts';
 
 // Two network namespaces joined by a veth pair: XDP on the server side in generic mode, the
 // allowlist from bpf/test/fixtures/allow.txt (10.200.1.0/24 allowed, 10.200.2.0/24 not).
-const id = randomBytes(3).toString('hex');
+const id = ownedId(); // carries our pid: a later run sweeps what a killed one left
 const S = `spw-s-${id}`;
 const C = `spw-c-${id}`;
 const vS = `spws${id}`.slice(0, 15);

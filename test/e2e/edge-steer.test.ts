@@ -1,7 +1,6 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildBpf, LOADER, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
+import { buildBpf, LOADER, ownedId, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
 // not (yet) re-exported by @spillway/ingest's door
 import { startSteering } from '../../packages/ingest/src/edge.ts';
 
@@ -12,7 +11,7 @@ import { startSteering } from '../../packages/ingest/src/edge.ts';
 // with `spillway-edge steer` attached (the stalled worker's queue depth makes the program skip it)
 // and after the daemon detached it (the kernel hash sends about half the burst to the stalled
 // worker, whose queue overflows).
-const id = randomBytes(3).toString('hex');
+const id = ownedId(); // carries our pid: a later run sweeps what a killed one left
 const NS = `spw-st-${id}`;
 const BPFFS = `/run/spw-bpf-st-${id}`; // `ip netns exec` remounts /sys: pins live outside it
 const PIN = `${BPFFS}/pins`;
