@@ -404,6 +404,17 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
     expect(seen.map((s) => s.head.url)).toEqual(['/ingest/small', '/ingest/other']);
   });
 
+  it('a route table set before listen() holds from the first request', async () => {
+    const { handler, seen } = recordingHandler();
+    const server = createUringServer({ handler, host: '127.0.0.1', port: 0, closeGraceMs: 100 });
+    servers.push(server);
+    server.setRoutes(new Map([['/ingest/early', 10]]));
+    const { port } = await server.listen();
+    const over = await exchange(port, [`POST /ingest/early HTTP/1.1\r\n${H}Content-Length: 11\r\n\r\n`]);
+    expect(parseResponses(over.data).map((r) => r.status)).toEqual([413]);
+    expect(seen).toEqual([]);
+  });
+
   it("the sink's own smaller cap → 413 and close, body never ended", async () => {
     const { port, seen } = await start({ maxBodyBytes: 1000, sinkCap: 100 });
     const { data, closed } = await exchange(port, [`POST /s HTTP/1.1\r\n${H}Content-Length: 200\r\n\r\n`, 'b'.repeat(200)]);

@@ -1,6 +1,13 @@
 import { LeasedLimiter } from '@spillway/delivery';
-import { createIngestServer, createPipeline, createSourceCache, registerKernelDropMetrics } from '@spillway/ingest';
-import { createRedis, registry } from '@spillway/shared';
+import {
+  createIngestServer,
+  createPipeline,
+  createSourceCache,
+  type IngestPipeline,
+  type IngestServer,
+  registerKernelDropMetrics,
+} from '@spillway/ingest';
+import { createRedis, type Logger, registry, type Source } from '@spillway/shared';
 import { createIntake } from './intake.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
 import { ConfigCache, ConfigStore } from './store.ts';
@@ -13,13 +20,80 @@ import { ConfigCache, ConfigStore } from './store.ts';
  * subscription hears: a source created, changed or deleted through any admin takes effect here at
  * once (at worst after the 500 ms TTL if the message was missed).
  */
+/** How often the per-source body caps are reloaded even without a change message (a missed one). */
+const ROUTE_CAPS_REFRESH_MS = 30_000;
+
+/**
+ * Keeps a backend's per-path body caps (`IngestServer.setRoutes`, the io_uring addon's native 413)
+ * in step with the sources: `refresh()` reloads every source (one HGETALL) and replaces the table.
+ * Reloads are coalesced — one in flight, at most one queued behind it — so a burst of source changes
+ * costs two reads, not one per change. A failed reload keeps the previous table: a cap that is
+ * missing or stale only moves the 413 from the addon to the pipeline, which checks the source's
+ * cap on every request anyway.
+ */
+function routeCapsSync(
+  server: IngestServer,
+  pipeline: IngestPipeline,
+  list: () => Promise<Source[]>,
+  logger: Logger,
+) {
+  const setRoutes = server.setRoutes?.bind(server);
+  let running: Promise<void> | undefined;
+  let again = false;
+  let stopped = false;
+  const load = async () => {
+    try {
+      const all = await list();
+      if (!stopped) setRoutes?.(pipeline.routeCaps(all));
+    } catch (err) {
+      logger.warn(
+        { err: (err as Error).message },
+        'ingest: could not reload per-source body caps; keeping the previous table',
+      );
+    }
+  };
+  const refresh = (): Promise<void> => {
+    if (!setRoutes || stopped) return Promise.resolve();
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      try {
+        do {
+          again = false;
+          await load();
+        } while (again && !stopped);
+      } finally {
+        running = undefined;
+      }
+    })();
+    return running;
+  };
+  const timer = setRoutes ? setInterval(() => void refresh(), ROUTE_CAPS_REFRESH_MS) : undefined;
+  timer?.unref();
+  return {
+    refresh,
+    stop() {
+      stopped = true;
+      clearInterval(timer);
+    },
+  };
+}
+
 export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   const logger = rt.logger.child({ pkg: 'ingest' });
   const store = new ConfigStore(rt.redis, rt.keys);
   const sources = createSourceCache({ load: (id) => store.getSource(id) });
   // Used only for its subscription: its own maps stay empty (nothing here reads through it).
   const cache = new ConfigCache(store);
-  cache.onChange((c) => (c.kind === 'source' ? sources.invalidate(c.id) : c.kind === 'tenant' ? sources.clear() : undefined));
+  let routeCaps: ReturnType<typeof routeCapsSync> | undefined;
+  cache.onChange((c) => {
+    if (c.kind === 'source') sources.invalidate(c.id);
+    else if (c.kind === 'tenant') sources.clear();
+    // A tenant deletion removes its sources without a message per source.
+    if (c.kind !== 'endpoint') void routeCaps?.refresh();
+  });
   // Pub/sub needs a connection of its own.
   const sub = createRedis(rt.config.redis);
   sub.on('error', (err: Error) => logger.warn({ err: err.message }, 'config subscription connection error'));
@@ -28,6 +102,7 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   // refusing on the limiter as well would only turn a Redis blip into 429s.
   const limiter = new LeasedLimiter({ redis: rt.redis, logger, failPolicy: 'open' });
   const closeAll = async () => {
+    routeCaps?.stop();
     await intake.close().catch(() => {});
     await limiter.close().catch(() => {});
     await cache.close().catch(() => {});
@@ -48,6 +123,9 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
       { handler: pipeline, port: rt.config.ingestPort, host: rt.config.host, reusePort: true },
       logger,
     );
+    // Before listen, so the first request already meets its source's cap in the backend.
+    routeCaps = routeCapsSync(server, pipeline, () => store.listAllSources(), logger);
+    await routeCaps.refresh();
     const { port } = await server.listen();
     logger.info({ port, backend: server.backend }, 'ingest listening');
     // Kernel drops on the ingest port (bpf/ drop tracer) on this process's /metrics; without the

@@ -154,6 +154,12 @@ export class ConfigStore {
     await this.#redis.hdel(this.#keys.sources, sid);
     await this.#publish({ kind: 'source', tenantId: tid, id: sid });
   }
+
+  /** Every source of every tenant (one HGETALL): the ingest role's per-path body-cap table. */
+  async listAllSources(): Promise<Source[]> {
+    const all = await this.#redis.hgetall(this.#keys.sources);
+    return Object.values(all).map((raw) => JSON.parse(raw) as Source);
+  }
 }
 
 interface Entry<T> {

@@ -782,6 +782,8 @@ static void handle_cqe(spw_server *s, struct io_uring_cqe *cqe) {
 
 static void *run(void *arg) {
   spw_server *s = arg;
+  /* Commands queued before start (a route table set before listen) had no eventfd to wake us. */
+  run_commands(s);
   arm_accept(s);
   arm_wake(s);
   arm_timer(s);
