@@ -68,7 +68,12 @@ describe('pause/resume across two workers', () => {
       return { status: res.status, body: (await res.json()) as any };
     };
     const tid = 'pause-me';
-    expect((await call('POST', '/v1/tenants', { id: tid, limits: { concurrency: 2 } })).status).toBe(201);
+    // maxInFlight 20: whichever worker's BullMQ fetch wins the intake jobs keeps only 20 tasks in
+    // memory and spills the rest, which the drainers of both workers (one consumer group) share —
+    // so both deliver, however the jobs were split.
+    expect(
+      (await call('POST', '/v1/tenants', { id: tid, limits: { concurrency: 2, maxInFlight: 20 } })).status,
+    ).toBe(201);
     const port = (receiver.address() as AddressInfo).port;
     expect(
       (await call('POST', `/v1/tenants/${tid}/endpoints`, { id: 'ep', url: `http://127.0.0.1:${port}/hook` }))
