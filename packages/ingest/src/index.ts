@@ -25,9 +25,14 @@ export {
   type EdgeOptions,
   type EdgeResult,
   edgeStatus,
+  type LoaderScope,
   loadAllowRanges,
   registerKernelDropMetrics,
+  type SteeringHandle,
+  type SteeringOptions,
+  type SteeringWorker,
   setEdgeMode,
+  startSteering,
 } from './edge.ts';
 
 export type IngestBackend = 'uring' | 'node' | 'auto';
