@@ -1,4 +1,5 @@
 import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import type { Tenant } from '@spillway/shared';
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PrivateRedisCluster } from '../helpers/router-cluster.ts';
@@ -50,7 +51,7 @@ describe('Redis Cluster', () => {
     });
     receivers.push(r, flaky);
     // Tenant ids chosen so their hash tags land on different cluster nodes.
-    const tenants = [];
+    const tenants: Tenant[] = [];
     for (const id of ['acme', 'globex', 'initech', 'umbrella']) {
       const t = await makeTenant(store, {}, `${id}-${Date.now()}`);
       await makeEndpoint(store, t.id, r.url);

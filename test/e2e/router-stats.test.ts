@@ -92,7 +92,7 @@ describe('tenant stats', () => {
       const st = await s.services.tenantStats(failing.id);
       return st.delivered === 5 && st.retrying === 0 ? st : undefined;
     }, 'retries delivered: retrying back to 0', 15_000);
-    expect(f.endpoints[0]).toMatchObject({ delivered: 5 });
+    expect(f!.endpoints[0]).toMatchObject({ delivered: 5 });
 
     // A restart used to reset the numbers (they were per-worker counters since start).
     await s.stopWorker(w1);
