@@ -251,8 +251,10 @@ class UringServer implements UringIngestServer {
     }
     req.sink = sink;
     // Native sends 100 Continue if the client asked for it, lets a body past its pre-accept window
-    // flow, and from now on refuses natively (413 + close) any byte past the sink's cap.
-    this.#native?.continue(req.id, sink.maxBodyBytes);
+    // flow, and from now on refuses natively (413 + close) any byte past the sink's cap. A body that
+    // is already complete (most webhooks: head and body in one batch) needs none of that, and
+    // skipping it saves a command and an eventfd write per request.
+    if (!req.ended) this.#native?.continue(req.id, sink.maxBodyBytes);
     const pending = req.pending;
     req.pending = [];
     let seen = 0;

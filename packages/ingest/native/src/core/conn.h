@@ -32,13 +32,15 @@ typedef struct spw_conn {
   uint8_t recv_armed, send_inflight, closing, read_eof, paused, dirty;
   uint8_t keep_alive, responded, want_continue, close_after_send, fin_sent, head_started;
   uint8_t accepted; /* the embedder took the request (spw_server_continue): body past the window flows */
+  uint8_t over_cap; /* body went past sink_cap: the embedder answers 413; input is discarded meanwhile */
   spw_buf in;       /* received bytes not yet framed */
   spw_buf sending;  /* owned by the in-flight send: never reallocated while the kernel reads it */
   size_t sent;
   spw_buf pending;  /* queued behind the in-flight send */
   hp_scan scan;
   hp_body body;
-  uint64_t body_cap;
+  uint64_t body_cap; /* native cap: route table / global; over it, 413 from here */
+  uint64_t sink_cap; /* the embedder's cap, given on accept; over it, the embedder answers */
   uint64_t since_ms; /* start of the phase the timers watch */
   uint64_t drained;
   uint32_t next_free;

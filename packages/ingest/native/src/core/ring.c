@@ -333,6 +333,22 @@ static void queue_error(spw_server *s, spw_conn *c, int status, const char *why,
 }
 
 /* Native error answers close: after a framing error nothing that follows can be trusted. */
+static void resume_reading(spw_server *s, spw_conn *c, uint32_t idx);
+
+/* Reading was paused while the embedder decided on a body over its cap; the answer is out now, so
+ * read again, to discard (closing with unread input would RST the answer away). */
+static void end_over_cap(spw_server *s, spw_conn *c) {
+  if (!c->over_cap) return;
+  c->over_cap = 0;
+  if (!c->closing) resume_reading(s, c, (uint32_t)(c - s->conns.slots));
+}
+
+static void stop_reading(spw_server *s, spw_conn *c) {
+  if (c->paused) return;
+  c->paused = 1;
+  if (c->recv_armed) cancel_ud(s, UD(T_RECV, (uint32_t)(c - s->conns.slots)));
+}
+
 static void reply_error(spw_server *s, spw_conn *c, int status, const char *why) {
   abort_request(s, c, why);
   queue_error(s, c, status, why, 1);
@@ -341,6 +357,7 @@ static void reply_error(spw_server *s, spw_conn *c, int status, const char *why)
   c->state = C_DRAIN;
   c->since_ms = now_ms();
   c->in.len = 0;
+  end_over_cap(s, c);
 }
 
 static uint64_t route_cap(spw_server *s, hp_span target) {
@@ -372,7 +389,7 @@ static int parse_status(int rc) {
 static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
   size_t off = 0;
   for (;;) {
-    if (c->closing || c->state == C_DRAIN) return len;
+    if (c->closing || c->state == C_DRAIN || c->over_cap) return len;
     if (c->state == C_HEAD) {
       size_t head_len = 0;
       int r = hp_scan_head(&c->scan, buf + off, len - off, &s->lim, &head_len);
@@ -409,6 +426,8 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
       c->body_cap = cap;
       c->want_continue = (uint8_t)(h->expect_continue && (h->chunked || h->content_length > 0));
       c->accepted = 0;
+      c->over_cap = 0;
+      c->sink_cap = UINT64_MAX;
       emit_head(s, c, h);
       hp_body_init(&c->body, h);
       memset(&c->scan, 0, sizeof c->scan);
@@ -426,6 +445,18 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
       int r = hp_body_feed(&c->body, buf + off, len - off, &used, &o, &ol);
       off += used;
       if (r == HP_DATA) {
+        if (c->body.total > c->sink_cap) {
+          /* The embedder holds body budget for this request: it must release it before the client
+           * can see a 413, so it answers. Hand up the chunk that crosses its cap (that is how it
+           * learns) and discard the rest of this read, unframed; nothing more is read until its
+           * answer is out. */
+          if (!c->responded) emit_body(s, c, o, ol);
+          c->over_cap = 1;
+          c->in.len = 0;
+          /* Not even read meanwhile: the client's writes block on TCP until the 413 is out. */
+          stop_reading(s, c);
+          return len;
+        }
         if (c->body.total > c->body_cap) {
           reply_error(s, c, 413, "body exceeds the size limit");
           return len;
@@ -451,7 +482,7 @@ static size_t pipeline_limit(spw_server *s) { return (size_t)s->cfg.max_head_byt
 
 static void on_data(spw_server *s, spw_conn *c, uint32_t idx, const char *data, size_t len) {
   if (c->closing) return;
-  if (c->state == C_DRAIN) {
+  if (c->state == C_DRAIN || c->over_cap) {
     c->drained += len;
     if (c->drained > DRAIN_MAX_BYTES) conn_close(s, c);
     return;
@@ -522,7 +553,7 @@ static void flush_dirty(spw_server *s) {
 }
 
 static void resume_reading(spw_server *s, spw_conn *c, uint32_t idx) {
-  if (c->paused && c->in.len <= pipeline_limit(s)) c->paused = 0;
+  if (c->paused && c->in.len <= pipeline_limit(s) && !c->over_cap) c->paused = 0;
   if (!c->paused && !c->recv_armed && !c->read_eof && !c->closing) arm_recv(s, c, idx);
 }
 
@@ -550,6 +581,7 @@ static void do_respond(spw_server *s, cmd *m) {
     c->state = C_DRAIN;
     c->since_ms = now_ms();
     c->in.len = 0;
+    end_over_cap(s, c);
     return;
   }
   c->state = C_HEAD;
@@ -566,12 +598,13 @@ static void do_continue(spw_server *s, cmd *m) {
   spw_conn *c = lookup(s, m->id, &idx);
   if (!c || c->state != C_BODY || c->accepted) return;
   c->accepted = 1;
-  /* The embedder's cap for this request (the source's) is enforced from here on, natively: bytes
-   * past it are never framed or handed up. */
-  if (m->cap < c->body_cap) c->body_cap = m->cap;
-  if (c->body.total > c->body_cap) {
-    reply_error(s, c, 413, "body exceeds the size limit");
-    mark_dirty(s, c);
+  /* The embedder's cap for this request (the source's) holds from here on: no byte past it is
+   * framed or handed up. Already past it: the embedder has those bytes and answers 413 itself. */
+  c->sink_cap = m->cap;
+  if (c->body.total > c->sink_cap) {
+    c->over_cap = 1;
+    c->in.len = 0;
+    stop_reading(s, c);
     return;
   }
   if (c->want_continue) {
