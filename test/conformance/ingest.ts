@@ -482,7 +482,9 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         }
         peak = Math.max(peak, process.memoryUsage.rss());
         if (process.env.SPILLWAY_TEST_VERBOSE) console.log(`rss growth during a 20 MB body vs 1 MB cap: ${((peak - base) / 1048576).toFixed(2)} MB`);
-        expect(peak - base).toBeLessThan(6 * 1024 * 1024);
+        // The client writing the 20 MB lives in this process too, and other test files run beside
+        // this one: allow 10 MB of noise — a backend that buffered the body would add 20 MB.
+        expect(peak - base).toBeLessThan(10 * 1024 * 1024);
         expect(main.pipeline.inFlightBodyBytes).toBe(0);
       });
     });
