@@ -1,9 +1,24 @@
-import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createWorker,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import type { Tenant } from '@spillway/shared';
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PrivateRedisCluster } from '../helpers/router-cluster.ts';
-import { createSpillTopic, dropSpillTopic, makeEndpoint, makeEvent, makeTenant, type Receiver, routerRuntime, startReceiver } from '../helpers/router-fixtures.ts';
+import {
+  createSpillTopic,
+  dropSpillTopic,
+  makeEndpoint,
+  makeEvent,
+  makeTenant,
+  type Receiver,
+  routerRuntime,
+  startReceiver,
+} from '../helpers/router-fixtures.ts';
 import { waitFor } from '../helpers/spawn.ts';
 
 /**
@@ -57,7 +72,9 @@ describe('Redis Cluster', () => {
       await makeEndpoint(store, t.id, r.url);
       tenants.push(t);
     }
-    const slots = new Set(await Promise.all(tenants.map((t) => (rt.redis as Cluster).cluster('KEYSLOT', rt.keys.tenant(t.id)))));
+    const slots = new Set(
+      await Promise.all(tenants.map((t) => (rt.redis as Cluster).cluster('KEYSLOT', rt.keys.tenant(t.id)))),
+    );
     expect(slots.size).toBe(tenants.length);
     const retrying = await makeTenant(store, {}, `flaky-${Date.now()}`);
     await makeEndpoint(store, retrying.id, flaky.url);
@@ -71,27 +88,44 @@ describe('Redis Cluster', () => {
     await new Promise((res) => setTimeout(res, 1200));
     // One group commit carrying every tenant (different slots).
     const submits = [];
-    for (const t of tenants) for (let i = 0; i < 5; i++) submits.push(services.intake.submit(makeEvent(t.id, `${t.id}-e${i}`)));
+    for (const t of tenants)
+      for (let i = 0; i < 5; i++) submits.push(services.intake.submit(makeEvent(t.id, `${t.id}-e${i}`)));
     submits.push(services.intake.submit(makeEvent(retrying.id, 'r0')));
     for (let i = 0; i < 5; i++) submits.push(services.intake.submit(makeEvent(paused.id, `p${i}`)));
     const answers = await Promise.all(submits);
     expect(answers.every((a) => !a.duplicate)).toBe(true);
-    expect((await services.intake.submit(makeEvent(tenants[0]!.id, `${tenants[0]!.id}-e0`))).duplicate).toBe(true);
+    expect((await services.intake.submit(makeEvent(tenants[0]!.id, `${tenants[0]!.id}-e0`))).duplicate).toBe(
+      true,
+    );
 
-    await waitFor(() => tenants.every((t) => [0, 1, 2, 3, 4].every((i) => r.got.has(`${t.id}-e${i}`))), 'every active tenant delivered', 20_000);
+    await waitFor(
+      () => tenants.every((t) => [0, 1, 2, 3, 4].every((i) => r.got.has(`${t.id}-e${i}`))),
+      'every active tenant delivered',
+      20_000,
+    );
     await waitFor(() => flaky.got.has('r0'), 'retried delivery (BullMQ retry job on the cluster)', 20_000);
     expect(flaky.requests).toBe(2);
     expect([0, 1, 2, 3, 4].some((i) => r.got.has(`p${i}`))).toBe(false);
-    await waitFor(async () => (await services.tenantStats(paused.id)).spilled === 5, 'paused backlog counted', 10_000);
+    await waitFor(
+      async () => (await services.tenantStats(paused.id)).spilled === 5,
+      'paused backlog counted',
+      10_000,
+    );
 
     await store.updateTenant(paused.id, (t) => ({ ...t, status: 'active' }));
-    await waitFor(() => [0, 1, 2, 3, 4].every((i) => r.got.has(`p${i}`)), 'paused tenant delivered after resume', 20_000);
+    await waitFor(
+      () => [0, 1, 2, 3, 4].every((i) => r.got.has(`p${i}`)),
+      'paused tenant delivered after resume',
+      20_000,
+    );
     const st = await waitFor(async () => {
       const s = await services.tenantStats(tenants[1]!.id);
       return s.delivered === 5 ? s : undefined;
     }, 'stats from the shared counters');
     expect(st).toMatchObject({ spilled: 0, retrying: 0, failed: 0 });
-    expect((await services.getEvent(tenants[2]!.id, `${tenants[2]!.id}-e3`))?.deliveries[0]?.status).toBe('delivered');
+    expect((await services.getEvent(tenants[2]!.id, `${tenants[2]!.id}-e3`))?.deliveries[0]?.status).toBe(
+      'delivered',
+    );
     for (const [id, n] of r.got) expect(n, id).toBe(1);
   });
 });

@@ -1,7 +1,11 @@
-import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createWorker,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import { afterEach, describe, expect, it } from 'vitest';
-import { scrape } from '../helpers/router-metrics.ts';
-import { waitFor } from '../helpers/spawn.ts';
 import {
   createSpillTopic,
   dropSpillTopic,
@@ -12,6 +16,8 @@ import {
   routerRuntime,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
+import { scrape } from '../helpers/router-metrics.ts';
+import { waitFor } from '../helpers/spawn.ts';
 
 /**
  * GET .../stats numbers mean "now" (spilled = backlog in Kafka, retrying = waiting in retry jobs)
@@ -75,10 +81,20 @@ describe('tenant stats', () => {
     await s.store.updateTenant(paused.id, (t) => ({ ...t, status: 'paused' }));
     const w1 = await s.worker();
 
-    await submitAll(s, paused.id, Array.from({ length: 40 }, (_, i) => `p${i}`));
+    await submitAll(
+      s,
+      paused.id,
+      Array.from({ length: 40 }, (_, i) => `p${i}`),
+    );
     await submitAll(s, failing.id, ['f0', 'f1', 'f2', 'f3', 'f4']);
-    await waitFor(async () => (await s.services.tenantStats(paused.id)).spilled === 40, 'paused backlog = 40 spilled');
-    await waitFor(async () => (await s.services.tenantStats(failing.id)).retrying === 5, 'five tasks waiting in retry jobs');
+    await waitFor(
+      async () => (await s.services.tenantStats(paused.id)).spilled === 40,
+      'paused backlog = 40 spilled',
+    );
+    await waitFor(
+      async () => (await s.services.tenantStats(failing.id)).retrying === 5,
+      'five tasks waiting in retry jobs',
+    );
     expect(r.requests).toBe(0);
 
     await s.store.updateTenant(paused.id, (t) => ({ ...t, status: 'active' }));
@@ -88,10 +104,14 @@ describe('tenant stats', () => {
       return st.delivered === 40 && st.spilled === 0 ? st : undefined;
     }, 'backlog drained: spilled back to 0, 40 delivered');
     expect(p).toMatchObject({ retrying: 0, failed: 0 });
-    const f = await waitFor(async () => {
-      const st = await s.services.tenantStats(failing.id);
-      return st.delivered === 5 && st.retrying === 0 ? st : undefined;
-    }, 'retries delivered: retrying back to 0', 15_000);
+    const f = await waitFor(
+      async () => {
+        const st = await s.services.tenantStats(failing.id);
+        return st.delivered === 5 && st.retrying === 0 ? st : undefined;
+      },
+      'retries delivered: retrying back to 0',
+      15_000,
+    );
     expect(f!.endpoints[0]).toMatchObject({ delivered: 5 });
 
     // A restart used to reset the numbers (they were per-worker counters since start).
@@ -117,7 +137,11 @@ describe('tenant stats', () => {
     await s.store.updateTenant(t.id, (x) => ({ ...x, status: 'paused' }));
 
     const before = await scrape();
-    await submitAll(s, t.id, Array.from({ length: 30 }, (_, i) => `m${i}`));
+    await submitAll(
+      s,
+      t.id,
+      Array.from({ length: 30 }, (_, i) => `m${i}`),
+    );
     await s.services.intake.submit(makeEvent(t.id, 'm0'));
     await submitAll(s, tb.id, ['x0', 'x1']);
     await waitFor(async () => (await s.services.tenantStats(t.id)).spilled === 30, 'paused tenant spilled');
@@ -125,7 +149,8 @@ describe('tenant stats', () => {
     await s.store.updateTenant(t.id, (x) => ({ ...x, status: 'active' }));
     await waitFor(() => ok.got.size === 30, 'paused tenant delivered after resume');
     const after = await scrape();
-    const d = (name: string, labels?: Record<string, string>) => after.value(name, labels) - before.value(name, labels);
+    const d = (name: string, labels?: Record<string, string>) =>
+      after.value(name, labels) - before.value(name, labels);
 
     expect(d('spillway_intake_events_total', { result: 'accepted' })).toBe(32);
     expect(d('spillway_intake_events_total', { result: 'duplicate' })).toBe(1);
@@ -140,7 +165,9 @@ describe('tenant stats', () => {
     // Gauges say "now": nothing held once all is done.
     await waitFor(async () => {
       const m = await scrape();
-      return m.value('spillway_router_tasks_in_memory') === 0 && m.value('spillway_spill_lookahead_records') === 0;
+      return (
+        m.value('spillway_router_tasks_in_memory') === 0 && m.value('spillway_spill_lookahead_records') === 0
+      );
     }, 'no task in memory, no record in a look-ahead');
     expect((await scrape()).value('spillway_router_credits_used', { tenant: t.id })).toBe(0);
   });

@@ -30,29 +30,62 @@ export class PrivateRedisCluster {
       const child = spawn(
         'redis-server',
         [
-          '--port', String(port),
-          '--bind', '127.0.0.1',
-          '--cluster-enabled', 'yes',
-          '--cluster-port', String(busPort),
-          '--cluster-config-file', `nodes-${port}.conf`,
-          '--cluster-node-timeout', '5000',
-          '--dir', this.dir,
-          '--appendonly', 'yes',
-          '--appendfilename', `aof-${port}.aof`,
-          '--appenddirname', `aof-${port}`,
-          '--save', '',
-          '--maxmemory-policy', 'noeviction',
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--cluster-enabled',
+          'yes',
+          '--cluster-port',
+          String(busPort),
+          '--cluster-config-file',
+          `nodes-${port}.conf`,
+          '--cluster-node-timeout',
+          '5000',
+          '--dir',
+          this.dir,
+          '--appendonly',
+          'yes',
+          '--appendfilename',
+          `aof-${port}.aof`,
+          '--appenddirname',
+          `aof-${port}`,
+          '--save',
+          '',
+          '--maxmemory-policy',
+          'noeviction',
         ],
         { stdio: 'ignore' },
       );
       this.#children.push(child);
     }
     for (const p of this.ports)
-      await waitFor(async () => (await run('redis-cli', ['-p', String(p), 'ping']).catch(() => ({ stdout: '' }))).stdout.includes('PONG'), `cluster node ${p}`, 10_000);
-    await run('redis-cli', ['--cluster', 'create', ...this.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30_000 });
+      await waitFor(
+        async () =>
+          (await run('redis-cli', ['-p', String(p), 'ping']).catch(() => ({ stdout: '' }))).stdout.includes(
+            'PONG',
+          ),
+        `cluster node ${p}`,
+        10_000,
+      );
+    await run(
+      'redis-cli',
+      [
+        '--cluster',
+        'create',
+        ...this.ports.map((p) => `127.0.0.1:${p}`),
+        '--cluster-replicas',
+        '0',
+        '--cluster-yes',
+      ],
+      { timeout: 30_000 },
+    );
     for (const p of this.ports)
       await waitFor(
-        async () => (await run('redis-cli', ['-p', String(p), 'cluster', 'info']).catch(() => ({ stdout: '' }))).stdout.includes('cluster_state:ok'),
+        async () =>
+          (
+            await run('redis-cli', ['-p', String(p), 'cluster', 'info']).catch(() => ({ stdout: '' }))
+          ).stdout.includes('cluster_state:ok'),
         `cluster state ok on ${p}`,
         20_000,
         100,

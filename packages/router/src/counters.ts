@@ -33,10 +33,18 @@ export class TenantCounters {
     this.#logger = logger;
   }
 
+  #pendingOf(tid: string): Map<string, number> {
+    let m = this.#pending.get(tid);
+    if (!m) {
+      m = new Map();
+      this.#pending.set(tid, m);
+    }
+    return m;
+  }
+
   add(tid: string, field: CounterField, n = 1, endpointId?: string): void {
     if (n === 0) return;
-    let m = this.#pending.get(tid);
-    if (!m) this.#pending.set(tid, (m = new Map()));
+    const m = this.#pendingOf(tid);
     m.set(field, (m.get(field) ?? 0) + n);
     if (endpointId !== undefined) {
       const f = `ep:${endpointId}:${field}`;
@@ -49,7 +57,10 @@ export class TenantCounters {
   flush(): Promise<void> {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
-    const batch = [...this.#pending.entries()].map(([tid, m]) => ({ tid, fields: [...m.entries()].filter(([, n]) => n !== 0) }));
+    const batch = [...this.#pending.entries()].map(([tid, m]) => ({
+      tid,
+      fields: [...m.entries()].filter(([, n]) => n !== 0),
+    }));
     this.#pending = new Map();
     if (batch.length === 0) return this.#flushing;
     const prev = this.#flushing;
@@ -71,8 +82,7 @@ export class TenantCounters {
         res[i]!.forEach(([e], k) => {
           if (!e) return;
           const [f, n] = b.fields[k]!;
-          let m = this.#pending.get(b.tid);
-          if (!m) this.#pending.set(b.tid, (m = new Map()));
+          const m = this.#pendingOf(b.tid);
           m.set(f, (m.get(f) ?? 0) + n);
         });
       });
@@ -95,7 +105,11 @@ export interface TenantCounterValues {
 }
 
 /** Reads a tenant's shared counters; the gauges (spilled, retrying) are clamped at 0 (see above). */
-export async function readTenantCounters(redis: RedisClient, keys: Keys, tid: string): Promise<TenantCounterValues> {
+export async function readTenantCounters(
+  redis: RedisClient,
+  keys: Keys,
+  tid: string,
+): Promise<TenantCounterValues> {
   const all = await redis.hgetall(keys.tenantCounters(tid));
   const num = (k: string) => Number(all[k] ?? 0) || 0;
   const out: TenantCounterValues = {

@@ -106,7 +106,7 @@ export const spillLookaheadRecords = once(
   () =>
     new Gauge({
       name: 'spillway_spill_lookahead_records',
-      help: 'Spill records currently held in the drainers\' per-partition look-ahead (not yet resolved)',
+      help: "Spill records currently held in the drainers' per-partition look-ahead (not yet resolved)",
       registers: [registry],
     }),
 );
@@ -122,7 +122,8 @@ export const creditsUsedGauge = once(
       collect() {
         this.reset();
         const sum = new Map<string, number>();
-        for (const s of sources) for (const [tid, n] of s.creditsUsed()) sum.set(tid, (sum.get(tid) ?? 0) + n);
+        for (const s of sources)
+          for (const [tid, n] of s.creditsUsed()) sum.set(tid, (sum.get(tid) ?? 0) + n);
         for (const [tid, n] of sum) this.set({ tenant: tid }, n);
       },
     }),

@@ -28,7 +28,11 @@ export async function pipelineByTag<T>(
       if (g) g.push(i);
       else groups.set(tag, [i]);
     });
-  } else if (items.length > 0) groups.set('', items.map((_, i) => i));
+  } else if (items.length > 0)
+    groups.set(
+      '',
+      items.map((_, i) => i),
+    );
   const out: PipeResult[][] = items.map(() => []);
   await Promise.all(
     [...groups.values()].map(async (idxs) => {

@@ -5,11 +5,19 @@ import { describe, expect, it } from 'vitest';
 describe('failover timing knobs', () => {
   it('default to 10 s lock, 5 s stalled check, 10 s Kafka session', () => {
     const c = loadConfig({});
-    expect(c).toMatchObject({ jobLockMs: 10_000, jobStalledIntervalMs: 5_000, kafkaSessionTimeoutMs: 10_000 });
+    expect(c).toMatchObject({
+      jobLockMs: 10_000,
+      jobStalledIntervalMs: 5_000,
+      kafkaSessionTimeoutMs: 10_000,
+    });
   });
 
   it('accept durations within range', () => {
-    const c = loadConfig({ SPILLWAY_JOB_LOCK: '30s', SPILLWAY_JOB_STALLED_INTERVAL: '750ms', SPILLWAY_KAFKA_SESSION_TIMEOUT: '1m' });
+    const c = loadConfig({
+      SPILLWAY_JOB_LOCK: '30s',
+      SPILLWAY_JOB_STALLED_INTERVAL: '750ms',
+      SPILLWAY_KAFKA_SESSION_TIMEOUT: '1m',
+    });
     expect(c).toMatchObject({ jobLockMs: 30_000, jobStalledIntervalMs: 750, kafkaSessionTimeoutMs: 60_000 });
   });
 
