@@ -1,0 +1,124 @@
+/**
+ * The attacker of the slow-loris scenario, forked as its own process so that its sockets and
+ * multi-MiB uploads do not slow the event loop that measures the real traffic's latency.
+ *   node attacker.ts <port> <path> <swarm> <durationMs>   → sends its figures over IPC and exits.
+ */
+import { connect, type Socket } from 'node:net';
+import { Readable } from 'node:stream';
+import { Agent, request } from 'undici';
+
+const MiB = 1024 * 1024;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export interface AttackResult {
+  bursts: number;
+  statuses: Record<string, number>;
+  swarmOpen: number;
+  swarmClosed: number;
+}
+
+/** Opens `n` connections that send a request line and then one header line per second, forever. */
+function swarm(port: number, path: string, n: number) {
+  const sockets: Socket[] = [];
+  let closedByServer = 0;
+  let stopping = false;
+  for (let i = 0; i < n; i++) {
+    const s = connect(port, '127.0.0.1');
+    s.on('error', () => {});
+    s.on('close', () => {
+      if (!stopping) closedByServer++;
+    });
+    s.once('connect', () =>
+      s.write(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n`),
+    );
+    sockets.push(s);
+  }
+  let k = 0;
+  const t = setInterval(() => {
+    k++;
+    for (const s of sockets) if (!s.destroyed && s.writable) s.write(`X-Trickle-${k}: ${'a'.repeat(8)}\r\n`);
+  }, 1000);
+  return {
+    closedByServer: () => closedByServer,
+    open: () => sockets.filter((s) => !s.destroyed).length,
+    stop() {
+      stopping = true;
+      clearInterval(t);
+      for (const s of sockets) s.destroy();
+    },
+  };
+}
+
+/** One oversized request: a declared `Content-Length` past the cap, or a chunked body of `bytes`. */
+async function oversized(agent: Agent, url: string, bytes: number, chunked: boolean): Promise<string> {
+  let sent = 0;
+  const chunk = Buffer.alloc(64 * 1024, 0x61);
+  const body = Readable.from(
+    (async function* () {
+      while (sent < bytes) {
+        sent += chunk.length;
+        yield chunk;
+      }
+    })(),
+  );
+  try {
+    const res = await request(url, {
+      method: 'POST',
+      dispatcher: agent,
+      body,
+      headers: {
+        'content-type': 'application/json',
+        'x-github-event': 'push',
+        'x-github-delivery': `big-${Math.random()}`,
+        'x-hub-signature-256': 'sha256=00',
+        ...(chunked ? {} : { 'content-length': String(bytes) }),
+      },
+    });
+    await res.body.dump();
+    return String(res.statusCode);
+  } catch (err) {
+    return `error:${(err as { code?: string }).code ?? 'other'}`;
+  }
+}
+
+export async function attack(
+  port: number,
+  path: string,
+  n: number,
+  durationMs: number,
+): Promise<AttackResult> {
+  const agent = new Agent({ connections: 64, headersTimeout: 20_000, bodyTimeout: 20_000 });
+  const sw = swarm(port, path, n);
+  const statuses: Record<string, number> = {};
+  let bursts = 0;
+  try {
+    await sleep(1500);
+    const url = `http://127.0.0.1:${port}${path}`;
+    const end = Date.now() + durationMs;
+    for (let i = 0; i < 1000 && Date.now() < end; i++) {
+      // A burst: 20 declared 8 MiB bodies and 10 chunked 4 MiB bodies at once.
+      const burst = [
+        ...Array.from({ length: 20 }, () => oversized(agent, url, 8 * MiB, false)),
+        ...Array.from({ length: 10 }, () => oversized(agent, url, 4 * MiB, true)),
+      ];
+      const answers = await Promise.all(burst);
+      // Keyed by kind: a declared-length body and a chunked one hit different guards.
+      answers.forEach((s, k) => {
+        const key = `${k < 20 ? 'cl' : 'chunked'}-${s}`;
+        statuses[key] = (statuses[key] ?? 0) + 1;
+      });
+      bursts++;
+      await sleep(1000);
+    }
+    return { bursts, statuses, swarmOpen: sw.open(), swarmClosed: sw.closedByServer() };
+  } finally {
+    sw.stop();
+    await agent.close().catch(() => {});
+  }
+}
+
+if (import.meta.main) {
+  const [port, path, n, ms] = process.argv.slice(2);
+  const r = await attack(Number(port), path!, Number(n), Number(ms));
+  process.send?.(r, () => process.exit(0));
+}
