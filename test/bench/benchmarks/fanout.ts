@@ -8,7 +8,6 @@ import { until } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
 import { eventBody, openIntake, SpillwayCluster } from '../lib/spillway.ts';
-import { round } from '../lib/stats.ts';
 import type { Benchmark } from './types.ts';
 
 const CONNECTIONS = 16;
@@ -123,8 +122,7 @@ export const fanout: Benchmark = {
     }
     const raw = rows[0]?.values.deliveries as number | undefined;
     for (const r of rows)
-      r.values.vsRaw =
-        raw && typeof r.values.deliveries === 'number' ? round(r.values.deliveries / raw, 3) : undefined;
+      r.values.vsRaw = raw && typeof r.values.deliveries === 'number' ? r.values.deliveries / raw : undefined;
     const one = rows.find((r) => r.label.includes(', 1 endpoint'))?.values.vsRaw as number | undefined;
     const ten = rows.find((r) => r.label.includes('10 endpoints'))?.values.vsRaw as number | undefined;
     const goals: Goal[] = [

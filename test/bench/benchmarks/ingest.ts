@@ -9,7 +9,6 @@ import { startNginx } from '../lib/nginx.ts';
 import { forkTs } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { eventBody, postGithub, SpillwayCluster, signGithub } from '../lib/spillway.ts';
-import { round } from '../lib/stats.ts';
 import { runWrk, type WrkResult } from '../lib/wrk.ts';
 import type { Benchmark } from './types.ts';
 
@@ -175,8 +174,7 @@ export const ingest: Benchmark = {
     const by = (l: string) => rows.find((x) => x.label.startsWith(l))?.values.rps as number | undefined;
     const nginxRps = by('nginx');
     for (const x of rows)
-      x.values.vsNginx =
-        nginxRps && typeof x.values.rps === 'number' ? round(x.values.rps / nginxRps, 3) : undefined;
+      x.values.vsNginx = nginxRps && typeof x.values.rps === 'number' ? x.values.rps / nginxRps : undefined;
     const spwNode = by('Spillway ingest (node)');
     const spwUring = by('Spillway ingest (uring)');
     const goals: Goal[] = [

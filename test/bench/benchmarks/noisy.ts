@@ -6,7 +6,6 @@ import { sleep, until } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
 import { openIntake, openLoop, SpillwayCluster, tenantCounters } from '../lib/spillway.ts';
-import { round } from '../lib/stats.ts';
 import type { Benchmark } from './types.ts';
 
 export const noisy: Benchmark = {
@@ -100,7 +99,7 @@ export const noisy: Benchmark = {
       notes.push(
         'Some calm events had not arrived by the end of the bounded wait: p99 shown as —, ratio unbounded.',
       );
-    if (rows[1]) rows[1].values.ratio = ratio === undefined ? undefined : round(ratio, 2);
+    if (rows[1]) rows[1].values.ratio = ratio === undefined ? undefined : ratio;
     if (rows[0]) rows[0].values.ratio = 1;
     const goals: Goal[] = [
       {
