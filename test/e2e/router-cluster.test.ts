@@ -82,10 +82,6 @@ describe('Redis Cluster', () => {
     await makeEndpoint(store, paused.id, r.url);
     await store.updateTenant(paused.id, (t) => ({ ...t, status: 'paused' }));
 
-    // Let the worker's config views settle first. ConfigCache (store.ts) can keep a read that
-    // raced with an invalidation for its 500 ms TTL: a tenant whose endpoint was created
-    // milliseconds earlier may still fan out to none (reported; not this test's subject).
-    await new Promise((res) => setTimeout(res, 1200));
     // One group commit carrying every tenant (different slots).
     const submits = [];
     for (const t of tenants)

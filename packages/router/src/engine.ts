@@ -7,7 +7,7 @@ import { pushDlq, type RecordWriter } from './records.ts';
 import { addGaugeSource, dlqWritesTotal } from './metrics.ts';
 import type { RetryScheduler } from './retry.ts';
 import type { SpillProducer } from './spill/producer.ts';
-import type { ConfigCache } from './store.ts';
+import type { ConfigCache, ConfigStore } from './store.ts';
 
 /** A tenant's config as this worker last loaded it. */
 export interface TenantView {
@@ -41,6 +41,8 @@ export interface EngineDeps {
   keys: Keys;
   logger: Logger;
   cache: ConfigCache;
+  /** Read past the cache for fan-out (freshView). */
+  store?: ConfigStore;
   delivery: DeliveryPort;
   spill: SpillProducer;
   retries: RetryScheduler;
@@ -99,6 +101,20 @@ export class Engine {
   /** Loads (through the cache) the tenant and its endpoints. Throws when Redis cannot answer. */
   async view(tid: string): Promise<TenantView> {
     const [tenant, eps] = await Promise.all([this.#d.cache.tenant(tid), this.#d.cache.endpoints(tid)]);
+    const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
+    this.#views.set(tid, v);
+    return v;
+  }
+
+  /**
+   * Loads the tenant and its endpoints straight from Redis (past the cache) and makes that the
+   * view. Fan-out uses it: an endpoint created just before an event was accepted must get the
+   * event, even if this worker has not heard of the endpoint yet (pub/sub lag, cache TTL).
+   */
+  async freshView(tid: string): Promise<TenantView> {
+    const store = this.#d.store;
+    if (!store) return this.view(tid);
+    const [tenant, eps] = await Promise.all([store.getTenant(tid), store.listEndpoints(tid)]);
     const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
     this.#views.set(tid, v);
     return v;

@@ -54,6 +54,7 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     keys,
     logger,
     cache,
+    store,
     delivery,
     spill,
     retries,
@@ -70,8 +71,12 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     // Covers a promote the intake lost after a durable add (see intake.ts).
     await promoteDedup(rt.redis, keys, events, config.dedupWindowMs).catch(() => {});
     const tasks: DeliveryTask[] = [];
+    // Fan out on config read after the events were accepted (one read per tenant per job), not on
+    // this worker's possibly older view: "create an endpoint, then send" always reaches it.
+    const tids = [...new Set(events.map((w) => w.t))];
+    const views = new Map(await Promise.all(tids.map(async (tid) => [tid, await engine.freshView(tid)] as const)));
     for (const w of events) {
-      const v = engine.viewNow(w.t)?.tenant ? engine.viewNow(w.t)! : await engine.view(w.t);
+      const v = views.get(w.t)!;
       if (!v.tenant) {
         logger.warn({ tid: w.t, eventId: w.i }, 'event for an unknown tenant dropped');
         continue;
