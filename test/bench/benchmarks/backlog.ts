@@ -82,6 +82,12 @@ export const backlog: Benchmark = {
       const during = sampler.max();
       await sleep(5000);
       const parked = (await rssOf(w.proc.pid)) ?? 0;
+      // RSS keeps V8's high-water mark; the live heap says what the backlog really costs in memory.
+      const gauge = (text: string, name: string) =>
+        Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+      const m = await c.metrics(w).catch(() => '');
+      const heapUsed = gauge(m, 'spillway_nodejs_heap_size_used_bytes');
+      const external = gauge(m, 'spillway_nodejs_external_memory_bytes');
       const counters = await tenantCounters(c, 'big');
       log(
         `spilled after ${spillS.toFixed(0)} s: counters ${JSON.stringify(counters)}; RSS max ${(during / MiB).toFixed(0)} MiB, parked ${(parked / MiB).toFixed(0)} MiB`,
@@ -117,6 +123,8 @@ export const backlog: Benchmark = {
           idle: idle / MiB,
           spilling: during / MiB,
           parked: parked / MiB,
+          heap: heapUsed / MiB,
+          external: external / MiB,
           draining: (all.get(w.proc.pid) ?? 0) / MiB,
           enqueue: N / enqueueS,
           spill: N / spillS,
@@ -161,6 +169,8 @@ export const backlog: Benchmark = {
         { key: 'idle', header: 'RSS idle MiB' },
         { key: 'spilling', header: 'RSS max spilling MiB' },
         { key: 'parked', header: 'RSS parked MiB' },
+        { key: 'heap', header: 'heap used parked MiB' },
+        { key: 'external', header: 'external parked MiB' },
         { key: 'draining', header: 'RSS max overall MiB' },
         { key: 'enqueue', header: 'enqueue ev/s' },
         { key: 'spill', header: 'enqueue+spill ev/s' },
