@@ -477,14 +477,16 @@ describe('tenant API keys', () => {
     expectError(await call('DELETE', `/v1/tenants/${a}/keys/${k.body.id}`), 404, 'not_found');
   });
 
-  it('deleting a tenant revokes its keys', async () => {
+  it('deleting a tenant revokes its keys and drops its DLQ and counters', async () => {
     const a = tid();
     await call('POST', '/v1/tenants', { id: a });
     const k = await call('POST', `/v1/tenants/${a}/keys`);
     expect(k.status).toBe(201);
     expect(await redis.hlen(keys.apiKeys)).toBeGreaterThan(0);
+    await redis.rpush(keys.dlq(a), '{}');
+    await redis.hset(keys.tenantCounters(a), 'delivered', 3);
     expect((await call('DELETE', `/v1/tenants/${a}`)).status).toBe(204);
-    expect(await redis.exists(keys.tenantKeys(a))).toBe(0);
+    expect(await redis.exists(keys.tenantKeys(a), keys.dlq(a), keys.tenantCounters(a))).toBe(0);
     expectError(
       await call('GET', `/v1/tenants/${a}/stats`, undefined, { token: k.body.key }),
       401,
