@@ -1,5 +1,7 @@
+import { createKeys } from '@spillway/shared';
 import { until } from '../../bench/lib/procs.ts';
 import type { Sink } from '../../bench/lib/sink.ts';
+import { type SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
 import type { LoadGen } from './load.ts';
 
@@ -27,8 +29,20 @@ export function line(o: Outcome): string {
   return `chaos ${o.scenario}: sent=${o.sent} accepted=${o.accepted} delivered=${o.delivered} duplicates=${o.duplicates} lost=${o.lost} 503s=${o.s503} maxRSS=${o.maxRssMiB.toFixed(0)}MiB${extra ? ` ${extra}` : ''} (${o.seconds.toFixed(0)} s)${o.failures.length ? ` FAILED: ${o.failures.join('; ')}` : ''}`;
 }
 
-/** Waits (bounded) until the sink has seen every accepted id, then counts delivered, dupes, lost. */
-export async function settle(load: LoadGen, sink: Sink, tag: string, timeoutMs: number) {
+/**
+ * Waits (bounded) until the sink has seen every accepted id, then counts delivered, duplicates,
+ * dead-lettered (in the tenant's DLQ with its last error: not lost, per the no-loss invariant, but
+ * reported — the sinks here always answer 200) and lost (neither). On loss it also reports what the
+ * workers say they still hold, to tell "late" from "gone".
+ */
+export async function settle(
+  load: LoadGen,
+  sink: Sink,
+  tag: string,
+  timeoutMs: number,
+  c?: SpillwayCluster,
+  tid = 'acme',
+) {
   const want = load.accepted.size;
   await until(
     async () => {
@@ -41,17 +55,33 @@ export async function settle(load: LoadGen, sink: Sink, tag: string, timeoutMs: 
   ).catch(() => {});
   const st = await sink.stats(tag, true);
   const seen = new Set(st.ids ?? []);
+  const dlq = new Set<string>();
+  let state = '';
+  if (c && seen.size < want) {
+    const raw = (await c.redis.lrange(createKeys(c.prefix).dlq(tid), 0, 100_000).catch(() => [])) as string[];
+    for (const r of raw) {
+      try {
+        dlq.add((JSON.parse(r) as { eventId: string }).eventId);
+      } catch {}
+    }
+    state = JSON.stringify(await tenantCounters(c, tid).catch(() => ({})));
+  }
   let delivered = 0;
+  let deadLettered = 0;
   const missing: string[] = [];
   for (const id of load.accepted) {
     if (seen.has(id)) delivered++;
+    else if (dlq.has(id)) deadLettered++;
     else if (missing.length < 5) missing.push(id);
   }
   return {
     delivered,
-    lost: want - delivered,
+    deadLettered,
+    lost: want - delivered - deadLettered,
     duplicates: st.dupes,
     missing,
+    /** Worker counters for the tenant when something was missing (queued, spilled, retrying…). */
+    state,
     extraDelivered: seen.size - delivered,
   };
 }

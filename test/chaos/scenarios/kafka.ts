@@ -45,7 +45,8 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
     await sleep(10_000);
     log(`starting Kafka again (accepted ${l.accepted.size}, 503s ${l.count('503')})`);
     await own.start();
-    log(`Kafka back after ${((Date.now() - downAt) / 1000).toFixed(0)} s`);
+    const downS = Math.round((Date.now() - downAt) / 1000);
+    log(`Kafka back after ${downS} s`);
     await sleep(short ? 5000 : 10_000);
     await l.stop();
     const spilledAfter = (await tenantCounters(c, 'acme')).spilled;
@@ -53,11 +54,14 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
       `load stopped: sent ${l.sent}, accepted ${l.accepted.size}, spilled ${spilledAfter}; resuming the tenant`,
     );
     await c.store.updateTenant('acme', (t) => ({ ...t, status: 'active' }));
-    const s = await settle(l, sink, 'kf', short ? 120_000 : 180_000);
+    const s = await settle(l, sink, 'kf', short ? 120_000 : 180_000, c);
     for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
     if (spilledBefore === 0)
       failures.push('nothing was spilled before Kafka stopped (the scenario did not test the spill)');
-    if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
+    if (s.lost > 0)
+      failures.push(
+        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+      );
     return {
       scenario: 'kafka-restart',
       sent: l.sent,
@@ -68,9 +72,10 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
       s503: l.count('503'),
       maxRssMiB: toMiB(rss.max()),
       extra: {
+        dead_lettered: s.deadLettered,
         spilled_before_stop: spilledBefore,
         spilled_total: spilledAfter,
-        down_s: Math.round((Date.now() - downAt) / 1000),
+        down_s: downS,
         other:
           [...l.statuses]
             .filter(([k]) => !['202', '503'].includes(k))

@@ -62,9 +62,12 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
     await sleep(2000);
     await load.stop();
     log(`load stopped: sent ${load.sent}, accepted ${load.accepted.size}; waiting for delivery`);
-    const s = await settle(load, sink, 'k9', short ? 90_000 : 150_000);
+    const s = await settle(load, sink, 'k9', short ? 90_000 : 150_000, c);
     for (const r of live) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
-    if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
+    if (s.lost > 0)
+      failures.push(
+        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+      );
     return {
       scenario: 'kill-9',
       sent: load.sent,
@@ -75,6 +78,7 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
       s503: load.count('503'),
       maxRssMiB: toMiB(rss.max()),
       extra: {
+        dead_lettered: s.deadLettered,
         rounds,
         seed,
         kills: `ingest:${kills.ingest},worker:${kills.worker},admin:${kills.admin}`,

@@ -58,12 +58,15 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
     log(
       `load stopped: sent ${l.sent}, accepted ${l.accepted.size} (${after - during.accepted} after the restart); waiting for delivery`,
     );
-    const s = await settle(l, sink, 'rd', short ? 90_000 : 150_000);
+    const s = await settle(l, sink, 'rd', short ? 90_000 : 150_000, c);
     if (during.s503 - before.s503 === 0) failures.push('no 503 while Redis was down');
     if (after - during.accepted === 0) failures.push('ingest accepted nothing after Redis came back');
     if (readyAfter !== 200) failures.push(`/readyz answered ${readyAfter} after Redis came back`);
     for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
-    if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
+    if (s.lost > 0)
+      failures.push(
+        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+      );
     return {
       scenario: 'redis-restart',
       sent: l.sent,
@@ -74,6 +77,7 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
       s503: l.count('503'),
       maxRssMiB: toMiB(rss.max()),
       extra: {
+        dead_lettered: s.deadLettered,
         down_s: 10,
         accepted_while_down: during.accepted - before.accepted,
         readyz_while_down: readyDuring,

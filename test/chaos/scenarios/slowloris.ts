@@ -71,9 +71,12 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     log(
       `attack: p50 ${attack.p50.toFixed(1)} ms p99 ${attack.p99.toFixed(1)} ms over ${attack.n} (×${ratio.toFixed(2)}); swarm open ${swarmOpen}, closed by server ${swarmClosed}; oversized ${big}; ingest RSS max ${(maxRss / MiB).toFixed(0)} MiB (budget ${(budget / MiB).toFixed(0)})`,
     );
-    const s = await settle(l, sink, 'sl', 90_000);
+    const s = await settle(l, sink, 'sl', 90_000, c);
     for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
-    if (s.lost > 0) failures.push(`${s.lost} accepted events never delivered (e.g. ${s.missing.join(', ')})`);
+    if (s.lost > 0)
+      failures.push(
+        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+      );
     if ([...bigStatuses.keys()].some((k) => /-2\d\d$/.test(k)))
       failures.push(`an oversized body was answered 2xx (${big})`);
     // Timing and memory are expectations of the long form; the short (CI) form fails only on loss.
@@ -92,6 +95,7 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
       s503: l.count('503'),
       maxRssMiB: toMiB(maxRss),
       extra: {
+        dead_lettered: s.deadLettered,
         p99_base_ms: base.p99.toFixed(1),
         p99_attack_ms: attack.p99.toFixed(1),
         p99_ratio: ratio.toFixed(2),
