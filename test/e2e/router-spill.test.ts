@@ -1,4 +1,5 @@
 import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import { registry } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { scrape } from '../helpers/router-metrics.ts';
 import { waitFor } from '../helpers/spawn.ts';
@@ -18,8 +19,8 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
 
-async function setup(partitions?: number) {
-  const rt: Runtime = routerRuntime();
+async function setup(partitions?: number, env: Record<string, string> = {}) {
+  const rt: Runtime = routerRuntime(env);
   await createSpillTopic(rt, partitions);
   const store = new ConfigStore(rt.redis, rt.keys);
   const services = createRouterServices(rt);
@@ -169,5 +170,31 @@ describe('spill and drain', () => {
     expect(r.requests).toBe(deliveredAtPause);
     await s.store.updateTenant(t.id, (x) => ({ ...x, status: 'active' }));
     await waitFor(() => r.got.size === 200, 'all delivered after resume', 30_000);
+  });
+
+  it('invariant 4: a worker holds at most SPILLWAY_WORKER_BODY_BUDGET of bodies, whatever the tenants allow; the rest spills and all arrive', async () => {
+    // 64 KiB bodies, budget 256 KiB, two tenants each allowed 1,000 tasks in memory: without the
+    // budget the worker would hold every body it is given (the endpoint is slow).
+    const s = await setup(undefined, { SPILLWAY_WORKER_BODY_BUDGET: String(256 * 1024) });
+    const r = await s.receiver(() => ({ status: 200, delayMs: 20 }));
+    const a = await makeTenant(s.store, { maxInFlight: 1000, concurrency: 4 });
+    const b = await makeTenant(s.store, { maxInFlight: 1000, concurrency: 4 });
+    await makeEndpoint(s.store, a.id, r.url);
+    await makeEndpoint(s.store, b.id, r.url);
+    const w = await s.worker();
+    let maxBytes = 0;
+    const sampler = setInterval(() => {
+      maxBytes = Math.max(maxBytes, w.engine.credits.bytes);
+    }, 2);
+    const big = (tid: string, id: string) => ({ ...makeEvent(tid, id), body: Buffer.alloc(64 * 1024, 0x61) });
+    const sent: Promise<unknown>[] = [];
+    for (let i = 0; i < 40; i++) sent.push(s.services.intake.submit(big(a.id, `a${i}`)), s.services.intake.submit(big(b.id, `b${i}`)));
+    await Promise.all(sent);
+    await waitFor(() => r.got.size === 80, 'all 80 large events delivered', 60_000);
+    clearInterval(sampler);
+    expect(maxBytes).toBeGreaterThan(0);
+    expect(maxBytes).toBeLessThanOrEqual(256 * 1024);
+    expect(w.engine.credits.bytes).toBe(0);
+    expect(await registry.metrics()).toMatch(/^spillway_router_body_bytes 0$/m);
   });
 });

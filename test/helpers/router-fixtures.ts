@@ -88,14 +88,7 @@ export function makeEvent(tenantId: string, id: string, type = 'order.created'):
 
 /** Creates the per-test spill topic with `partitions` partitions (1 forces tenants to share one). */
 export async function createSpillTopic(rt: Runtime, partitions?: number): Promise<void> {
-  if (partitions === undefined) return ensureSpillTopic(rt);
-  const admin = rt.kafka.admin();
-  await admin.connect();
-  try {
-    await admin.createTopics({ waitForLeaders: true, topics: [{ topic: rt.config.spillTopic, numPartitions: partitions, replicationFactor: 1 }] });
-  } finally {
-    await admin.disconnect();
-  }
+  return ensureSpillTopic(rt, partitions);
 }
 
 /** Deletes the per-test spill topic (best effort). */

@@ -37,6 +37,8 @@ interface Held {
 export type Admission = Promise<void> | 'blocked' | 'drop';
 
 export interface EngineDeps {
+  /** SPILLWAY_WORKER_BODY_BUDGET: body bytes admitted tasks may hold; past it tasks spill. */
+  bodyBudgetBytes?: number;
   redis: RedisClient;
   keys: Keys;
   logger: Logger;
@@ -67,7 +69,7 @@ const REFRESH_MS = 500;
  * (intake job, retry job, Kafka offset) is released only after the hand-off.
  */
 export class Engine {
-  readonly credits = new Credits();
+  readonly credits: Credits;
   readonly #d: EngineDeps;
   readonly #views = new Map<string, TenantView>();
   /** Tasks in memory per tenant (each holds a credit; delivery applies rate and concurrency). */
@@ -80,6 +82,7 @@ export class Engine {
 
   constructor(deps: EngineDeps) {
     this.#d = deps;
+    this.credits = new Credits(deps.bodyBudgetBytes);
     this.#ungauge = addGaugeSource({
       creditsUsed: () => this.credits.entries(),
       tasksInMemory: () => {
@@ -87,6 +90,7 @@ export class Engine {
         for (const set of this.#held.values()) n += set.size;
         return n;
       },
+      bodyBytes: () => this.credits.bytes,
     });
     this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
     this.#refresh = setInterval(() => {
@@ -184,7 +188,7 @@ export class Engine {
       return 'drop';
     }
     if (this.#blocked(v, ep)) return 'blocked';
-    if (!this.credits.tryTake(task.tenantId, v.tenant.limits.maxInFlight)) return 'blocked';
+    if (!this.credits.tryTake(task.tenantId, v.tenant.limits.maxInFlight, task.event.body)) return 'blocked';
     return new Promise<void>((done) => {
       const held: Held = { task, done, withdraw: new AbortController() };
       let set = this.#held.get(task.tenantId);
@@ -241,7 +245,7 @@ export class Engine {
   }
 
   #finish(held: Held): void {
-    this.credits.release(held.task.tenantId);
+    this.credits.release(held.task.tenantId, held.task.event.body);
     held.done();
   }
 

@@ -17,6 +17,8 @@ export interface GaugeSource {
   creditsUsed(): Iterable<[string, number]>;
   /** Delivery tasks in this worker's memory (each holds a credit). */
   tasksInMemory(): number;
+  /** Event body bytes those tasks hold (bounded by SPILLWAY_WORKER_BODY_BUDGET). */
+  bodyBytes(): number;
 }
 
 const sources = new Set<GaugeSource>();
@@ -139,6 +141,21 @@ export const tasksInMemoryGauge = once(
       collect() {
         let n = 0;
         for (const s of sources) n += s.tasksInMemory();
+        this.set(n);
+      },
+    }),
+);
+
+export const bodyBytesGauge = once(
+  'spillway_router_body_bytes',
+  () =>
+    new Gauge({
+      name: 'spillway_router_body_bytes',
+      help: 'Event body bytes held in memory by admitted delivery tasks of the workers of this process (bounded by SPILLWAY_WORKER_BODY_BUDGET)',
+      registers: [registry],
+      collect() {
+        let n = 0;
+        for (const s of sources) n += s.bodyBytes();
         this.set(n);
       },
     }),

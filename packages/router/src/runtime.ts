@@ -10,7 +10,7 @@ import {
   type Logger,
   type RedisClient,
 } from '@spillway/shared';
-import { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
+import { ConfigResourceTypes, Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
 
 /** What every role of one process shares: config, keys, logger and the connections. */
 export interface Runtime {
@@ -81,23 +81,43 @@ export async function checkRedis(rt: Runtime): Promise<void> {
   }
 }
 
-/** Kafka reachable and the spill topic present (created with SPILLWAY_SPILL_PARTITIONS partitions). */
-export async function ensureSpillTopic(rt: Runtime): Promise<void> {
+/**
+ * Largest spill record the topic takes: a 64 MiB body (the largest maxBodyBytes a source may
+ * have) is ~85 MiB once base64'd into the task's JSON. The broker default (1 MiB) would wedge any
+ * larger event in its intake job forever.
+ */
+export const SPILL_MAX_MESSAGE_BYTES = 96 * 1024 * 1024;
+
+/**
+ * Kafka reachable and the spill topic present: created with SPILLWAY_SPILL_PARTITIONS partitions
+ * (or `partitions`), and its `max.message.bytes` raised to SPILL_MAX_MESSAGE_BYTES if smaller.
+ */
+export async function ensureSpillTopic(rt: Runtime, partitions = rt.config.spillPartitions): Promise<void> {
   const admin = rt.kafka.admin({ retry: { retries: 3, initialRetryTime: 300 } });
+  const topic = rt.config.spillTopic;
+  const maxMessage = { name: 'max.message.bytes', value: String(SPILL_MAX_MESSAGE_BYTES) };
   try {
     await admin.connect();
     const topics = await admin.listTopics();
-    if (!topics.includes(rt.config.spillTopic)) {
+    if (!topics.includes(topic)) {
       await admin.createTopics({
         waitForLeaders: true,
-        topics: [
-          { topic: rt.config.spillTopic, numPartitions: rt.config.spillPartitions, replicationFactor: 1 },
-        ],
+        topics: [{ topic, numPartitions: partitions, replicationFactor: 1, configEntries: [maxMessage] }],
       });
-      rt.logger.info(
-        { topic: rt.config.spillTopic, partitions: rt.config.spillPartitions },
-        'created spill topic',
-      );
+      rt.logger.info({ topic, partitions }, 'created spill topic');
+    } else {
+      const described = await admin.describeConfigs({
+        includeSynonyms: false,
+        resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configNames: [maxMessage.name] }],
+      });
+      const current = Number(described.resources[0]?.configEntries.find((e) => e.configName === maxMessage.name)?.configValue);
+      if (!(current >= SPILL_MAX_MESSAGE_BYTES)) {
+        await admin.alterConfigs({
+          validateOnly: false,
+          resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [maxMessage] }],
+        });
+        rt.logger.info({ topic, maxMessageBytes: SPILL_MAX_MESSAGE_BYTES }, 'raised the spill topic\'s max.message.bytes');
+      }
     }
   } catch (err) {
     throw errors.unavailable(`Kafka at SPILLWAY_KAFKA_BROKERS does not answer: ${(err as Error).message}`, {

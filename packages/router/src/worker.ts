@@ -50,6 +50,7 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
   const records = new RecordWriter(rt.redis, keys, logger);
   const counters = new TenantCounters(rt.redis, keys, logger);
   const engine = new Engine({
+    bodyBudgetBytes: config.workerBodyBudget,
     redis: rt.redis,
     keys,
     logger,

@@ -24,6 +24,8 @@ export const DEFAULTS = {
   SPILLWAY_SPILL_PARTITIONS: '12',
   /** Bytes of request bodies the ingest role holds at once; past it new requests get 503. */
   SPILLWAY_INGEST_BODY_BUDGET: '67108864',
+  /** Bytes of event bodies a worker holds in memory (admitted tasks); past it tasks spill to Kafka. */
+  SPILLWAY_WORKER_BODY_BUDGET: '268435456',
   /** How long to collect accepted events before making them durable in one round trip. */
   SPILLWAY_GROUP_COMMIT: '2ms',
   /**
@@ -160,6 +162,7 @@ const schema = z.object({
     .regex(/^[a-zA-Z0-9._-]{1,200}$/, 'SPILLWAY_SPILL_TOPIC must be a valid Kafka topic name'),
   SPILLWAY_SPILL_PARTITIONS: positiveInt('SPILLWAY_SPILL_PARTITIONS'),
   SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
+  SPILLWAY_WORKER_BODY_BUDGET: positiveInt('SPILLWAY_WORKER_BODY_BUDGET'),
   SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
   SPILLWAY_JOB_LOCK: durationWithin(
     'SPILLWAY_JOB_LOCK',
@@ -200,6 +203,7 @@ export interface Config {
   spillTopic: string;
   spillPartitions: number;
   ingestBodyBudget: number;
+  workerBodyBudget: number;
   groupCommitMs: number;
   /** BullMQ lockDuration of intake/retry jobs (ms). */
   jobLockMs: number;
@@ -242,6 +246,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     spillTopic: c.SPILLWAY_SPILL_TOPIC,
     spillPartitions: c.SPILLWAY_SPILL_PARTITIONS,
     ingestBodyBudget: c.SPILLWAY_INGEST_BODY_BUDGET,
+    workerBodyBudget: c.SPILLWAY_WORKER_BODY_BUDGET,
     groupCommitMs: c.SPILLWAY_GROUP_COMMIT,
     jobLockMs: c.SPILLWAY_JOB_LOCK,
     jobStalledIntervalMs: c.SPILLWAY_JOB_STALLED_INTERVAL,

@@ -5,6 +5,12 @@ import { spillProducedTotal } from '../metrics.ts';
 
 const FLUSH_MS = 2;
 const MAX_BATCH = 500;
+/**
+ * Bytes of record values per produce request. Kafka checks a whole record batch against the
+ * topic's max.message.bytes, so many large tasks must not share one send; a single record larger
+ * than this goes alone (the topic allows up to SPILL_MAX_MESSAGE_BYTES).
+ */
+const MAX_SEND_BYTES = 512 * 1024;
 
 interface Item {
   task: DeliveryTask;
@@ -68,14 +74,26 @@ export class SpillProducer {
     this.#timer = undefined;
     const batch = this.#buf;
     this.#buf = [];
-    if (batch.length === 0) return;
-    const p = this.#send(batch);
-    this.#inflight.add(p);
-    void p.finally(() => this.#inflight.delete(p));
+    let chunk: { items: Item[]; values: string[]; bytes: number } = { items: [], values: [], bytes: 0 };
+    const sendChunk = () => {
+      if (chunk.items.length === 0) return;
+      const p = this.#send(chunk.items, chunk.values);
+      this.#inflight.add(p);
+      void p.finally(() => this.#inflight.delete(p));
+      chunk = { items: [], values: [], bytes: 0 };
+    };
+    for (const it of batch) {
+      const value = JSON.stringify(taskToWire(it.task));
+      if (chunk.bytes > 0 && chunk.bytes + value.length > MAX_SEND_BYTES) sendChunk();
+      chunk.items.push(it);
+      chunk.values.push(value);
+      chunk.bytes += value.length;
+    }
+    sendChunk();
   }
 
-  async #send(batch: Item[]): Promise<void> {
-    const messages = batch.map((it) => ({ key: it.task.tenantId, value: JSON.stringify(taskToWire(it.task)) }));
+  async #send(batch: Item[], values: string[]): Promise<void> {
+    const messages = batch.map((it, i) => ({ key: it.task.tenantId, value: values[i]! }));
     for (let attempt = 0; ; attempt++) {
       try {
         const producer = await this.#connect();
