@@ -9,13 +9,26 @@ import { createHmac, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import net from 'node:net';
 import { sign as githubSign } from '@octokit/webhooks-methods';
-import { createPipeline, type IngestPipeline, type IngestServer, type IngestServerOptions, type PipelineOptions } from '@spillway/ingest';
+import {
+  createPipeline,
+  type IngestPipeline,
+  type IngestServer,
+  type IngestServerOptions,
+  type PipelineOptions,
+} from '@spillway/ingest';
 import { createKeys, createLogger, type Keys, registry, type Source } from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { randomPrefix } from '../helpers/env.ts';
-import { createTestIntake, createTestRateGate, freePort, MemorySources, OwnRedis, type TestIntake } from './support.ts';
+import {
+  createTestIntake,
+  createTestRateGate,
+  freePort,
+  MemorySources,
+  OwnRedis,
+  type TestIntake,
+} from './support.ts';
 
 export type MakeIngestServer = (opts: IngestServerOptions) => IngestServer;
 
@@ -35,8 +48,17 @@ interface Reply {
   json: Record<string, unknown> | undefined;
 }
 
-async function post(url: string, body: Buffer | string, headers: Record<string, string> = {}, method = 'POST'): Promise<Reply> {
-  const res = await fetch(url, { method, body: method === 'GET' ? undefined : body, headers: { 'content-type': 'application/json', ...headers } });
+async function post(
+  url: string,
+  body: Buffer | string,
+  headers: Record<string, string> = {},
+  method = 'POST',
+): Promise<Reply> {
+  const res = await fetch(url, {
+    method,
+    body: method === 'GET' ? undefined : body,
+    headers: { 'content-type': 'application/json', ...headers },
+  });
   const text = await res.text();
   let json: Record<string, unknown> | undefined;
   try {
@@ -48,9 +70,19 @@ async function post(url: string, body: Buffer | string, headers: Record<string, 
 }
 
 /** Sends a chunked body (no Content-Length) of `total` bytes in `chunk`-sized writes, honouring backpressure. */
-function postChunked(port: number, path: string, total: number, chunk = 64 * 1024): Promise<{ status: number; body: string }> {
+function postChunked(
+  port: number,
+  path: string,
+  total: number,
+  chunk = 64 * 1024,
+): Promise<{ status: number; body: string }> {
   // A well-formed signature that cannot match: the size cap must answer before verification could.
-  const headers = { 'content-type': 'application/json', 'x-hub-signature-256': `sha256=${'0'.repeat(64)}`, 'x-github-event': 'push', 'x-github-delivery': 'big' };
+  const headers = {
+    'content-type': 'application/json',
+    'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+    'x-github-event': 'push',
+    'x-github-delivery': 'big',
+  };
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers });
     const piece = Buffer.alloc(chunk, 0x61);
@@ -102,8 +134,18 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     const closers: (() => Promise<void> | void)[] = [];
     let main: Served;
 
-    async function serve(pipe: Partial<PipelineOptions> = {}, server: Partial<IngestServerOptions> = {}): Promise<Served> {
-      const pipeline = createPipeline({ sources, intake, keys, logger, bodyBudgetBytes: 64 * 1024 * 1024, ...pipe });
+    async function serve(
+      pipe: Partial<PipelineOptions> = {},
+      server: Partial<IngestServerOptions> = {},
+    ): Promise<Served> {
+      const pipeline = createPipeline({
+        sources,
+        intake,
+        keys,
+        logger,
+        bodyBudgetBytes: 64 * 1024 * 1024,
+        ...pipe,
+      });
       const srv = makeServer({ handler: pipeline, port: 0, host: '127.0.0.1', ...server });
       servers.push(srv);
       const { port } = await srv.listen();
@@ -112,14 +154,20 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
 
     function source(kind: Source['kind'], extra: Partial<Source> = {}): Source {
       const id = `${kind}-${randomBytes(4).toString('hex')}`;
-      const secret = kind === 'standard' || kind === 'stripe' ? `whsec_${randomBytes(24).toString('base64')}` : `s3cret-${randomBytes(8).toString('hex')}`;
+      const secret =
+        kind === 'standard' || kind === 'stripe'
+          ? `whsec_${randomBytes(24).toString('base64')}`
+          : `s3cret-${randomBytes(8).toString('hex')}`;
       return sources.add({ id, tenantId, kind, secret, ...extra });
     }
 
-    const accepted = async (id?: string) => (await intake.accepted(tenantId)).filter((e) => id === undefined || e.id === id);
+    const accepted = async (id?: string) =>
+      (await intake.accepted(tenantId)).filter((e) => id === undefined || e.id === id);
     /** Bytes a JSON parser would not give back: odd spacing, escapes, non-ASCII, no trailing newline. */
     const rawBody = (fields: Record<string, string>) =>
-      Buffer.from(`{ "id" :"${fields.id ?? ''}",\t"type":"${fields.type ?? ''}", "note": "caf\u00e9 \\u00e9 \u{1f680}" ,"n":1.50 }`);
+      Buffer.from(
+        `{ "id" :"${fields.id ?? ''}",\t"type":"${fields.type ?? ''}", "note": "caf\u00e9 \\u00e9 \u{1f680}" ,"n":1.50 }`,
+      );
 
     beforeAll(async () => {
       keys = createKeys(randomPrefix('ingc'));
@@ -140,7 +188,10 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const src = source('github');
         const delivery = randomBytes(8).toString('hex');
         const body = rawBody({ id: 'x', type: 'y' });
-        const before = await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' });
+        const before = await metricValueAsync('spillway_ingest_requests_total', {
+          source: src.id,
+          outcome: 'accepted',
+        });
         const r = await post(`${main.base}/ingest/${src.id}`, body, {
           'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
           'x-github-event': 'push',
@@ -152,8 +203,16 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const [ev, ...rest] = await accepted(delivery);
         expect(rest).toHaveLength(0);
         expect(ev!.body.equals(body)).toBe(true);
-        expect(ev).toMatchObject({ tenantId, id: delivery, type: 'push', sourceId: src.id, contentType: 'application/json; charset=utf-8' });
-        expect(await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' })).toBe(before + 1);
+        expect(ev).toMatchObject({
+          tenantId,
+          id: delivery,
+          type: 'push',
+          sourceId: src.id,
+          contentType: 'application/json; charset=utf-8',
+        });
+        expect(
+          await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' }),
+        ).toBe(before + 1);
         expect(main.pipeline.inFlightBodyBytes).toBe(0);
       });
 
@@ -166,15 +225,27 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           'x-github-event': 'push',
           'x-github-delivery': id,
         });
-        const failsBefore = await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id });
-        expect((await post(`${main.base}/ingest/${src.id}`, body, hdr(await githubSign('wrong', body.toString('utf8'))))).status).toBe(401);
+        const failsBefore = await metricValueAsync('spillway_ingest_verify_failures_total', {
+          source: src.id,
+        });
+        expect(
+          (
+            await post(
+              `${main.base}/ingest/${src.id}`,
+              body,
+              hdr(await githubSign('wrong', body.toString('utf8'))),
+            )
+          ).status,
+        ).toBe(401);
         expect((await post(`${main.base}/ingest/${src.id}`, body, hdr(undefined))).status).toBe(401);
         const tampered = Buffer.from(body);
         tampered[tampered.length - 2] = tampered[tampered.length - 2]! ^ 1;
         const r = await post(`${main.base}/ingest/${src.id}`, tampered, hdr(good));
         expect(r.status).toBe(401);
         expect(r.json).toMatchObject({ error: { code: 'unauthorized' } });
-        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id })).toBe(failsBefore + 3);
+        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id })).toBe(
+          failsBefore + 3,
+        );
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
       });
     });
@@ -186,7 +257,10 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const src = source('stripe');
         const e = event();
         const body = rawBody(e);
-        const header = stripe.webhooks.generateTestHeaderString({ payload: body.toString('utf8'), secret: src.secret });
+        const header = stripe.webhooks.generateTestHeaderString({
+          payload: body.toString('utf8'),
+          secret: src.secret,
+        });
         const r = await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': header });
         expect(r.status).toBe(202);
         expect(r.json).toEqual({ id: e.id });
@@ -202,7 +276,9 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const t = Math.floor(Date.now() / 1000);
         const good = createHmac('sha256', src.secret).update(`${t}.`).update(body).digest('hex');
         const other = createHmac('sha256', 'whsec_old').update(`${t}.`).update(body).digest('hex');
-        const r = await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': `t=${t},v1=${other},v1=${good},v0=${other}` });
+        const r = await post(`${main.base}/ingest/${src.id}`, body, {
+          'stripe-signature': `t=${t},v1=${other},v1=${good},v0=${other}`,
+        });
         expect(r.status).toBe(202);
       });
 
@@ -211,14 +287,24 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const e = event();
         const body = rawBody(e);
         const payload = body.toString('utf8');
-        const old = stripe.webhooks.generateTestHeaderString({ payload, secret: src.secret, timestamp: Math.floor(Date.now() / 1000) - 400 });
-        expect((await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': old })).status).toBe(401);
+        const old = stripe.webhooks.generateTestHeaderString({
+          payload,
+          secret: src.secret,
+          timestamp: Math.floor(Date.now() / 1000) - 400,
+        });
+        expect((await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': old })).status).toBe(
+          401,
+        );
         const wrong = stripe.webhooks.generateTestHeaderString({ payload, secret: 'whsec_wrong' });
-        expect((await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': wrong })).status).toBe(401);
+        expect(
+          (await post(`${main.base}/ingest/${src.id}`, body, { 'stripe-signature': wrong })).status,
+        ).toBe(401);
         expect((await post(`${main.base}/ingest/${src.id}`, body)).status).toBe(401);
         const good = stripe.webhooks.generateTestHeaderString({ payload, secret: src.secret });
         const tampered = Buffer.from(payload.replace('invoice.paid', 'invoice.pai_'));
-        expect((await post(`${main.base}/ingest/${src.id}`, tampered, { 'stripe-signature': good })).status).toBe(401);
+        expect(
+          (await post(`${main.base}/ingest/${src.id}`, tampered, { 'stripe-signature': good })).status,
+        ).toBe(401);
         expect(await accepted(e.id)).toHaveLength(0);
       });
 
@@ -232,7 +318,8 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     });
 
     describe('shopify (X-Shopify-Hmac-Sha256, base64)', () => {
-      const shopifySign = (secret: string, body: Buffer) => createHmac('sha256', secret).update(body).digest('base64');
+      const shopifySign = (secret: string, body: Buffer) =>
+        createHmac('sha256', secret).update(body).digest('base64');
 
       it('accepts a signed webhook; topic and webhook id from the headers', async () => {
         const src = source('shopify');
@@ -253,10 +340,24 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const src = source('shopify');
         const body = rawBody({});
         const wid = randomBytes(6).toString('hex');
-        const h = (sig?: string) => ({ ...(sig ? { 'x-shopify-hmac-sha256': sig } : {}), 'x-shopify-topic': 'orders/create', 'x-shopify-webhook-id': wid });
-        expect((await post(`${main.base}/ingest/${src.id}`, body, h(shopifySign('wrong', body)))).status).toBe(401);
+        const h = (sig?: string) => ({
+          ...(sig ? { 'x-shopify-hmac-sha256': sig } : {}),
+          'x-shopify-topic': 'orders/create',
+          'x-shopify-webhook-id': wid,
+        });
+        expect(
+          (await post(`${main.base}/ingest/${src.id}`, body, h(shopifySign('wrong', body)))).status,
+        ).toBe(401);
         expect((await post(`${main.base}/ingest/${src.id}`, body, h())).status).toBe(401);
-        expect((await post(`${main.base}/ingest/${src.id}`, Buffer.concat([body, Buffer.from(' ')]), h(shopifySign(src.secret, body)))).status).toBe(401);
+        expect(
+          (
+            await post(
+              `${main.base}/ingest/${src.id}`,
+              Buffer.concat([body, Buffer.from(' ')]),
+              h(shopifySign(src.secret, body)),
+            )
+          ).status,
+        ).toBe(401);
         expect(await accepted(wid)).toHaveLength(0);
       });
     });
@@ -271,7 +372,8 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           const body = rawBody({ type: 'user.created' });
           const now = new Date();
           let sig = new Webhook(src.secret).sign(id, now, body);
-          if (several) sig = `${new Webhook(`whsec_${randomBytes(24).toString('base64')}`).sign(id, now, body)} ${sig}`;
+          if (several)
+            sig = `${new Webhook(`whsec_${randomBytes(24).toString('base64')}`).sign(id, now, body)} ${sig}`;
           const r = await post(`${main.base}/ingest/${src.id}`, body, {
             'webhook-id': id,
             'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
@@ -295,9 +397,14 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         });
         const url = `${main.base}/ingest/${src.id}`;
         expect((await post(url, body, h(src.secret, new Date(Date.now() - 400_000)))).status).toBe(401);
-        expect((await post(url, body, h(`whsec_${randomBytes(24).toString('base64')}`, new Date()))).status).toBe(401);
+        expect(
+          (await post(url, body, h(`whsec_${randomBytes(24).toString('base64')}`, new Date()))).status,
+        ).toBe(401);
         expect((await post(url, body, h(src.secret, new Date(), false))).status).toBe(401);
-        expect((await post(url, Buffer.from(body.toString().replace('user', 'usex')), h(src.secret, new Date()))).status).toBe(401);
+        expect(
+          (await post(url, Buffer.from(body.toString().replace('user', 'usex')), h(src.secret, new Date())))
+            .status,
+        ).toBe(401);
         expect(await accepted(id)).toHaveLength(0);
       });
     });
@@ -335,7 +442,9 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     describe('cheap checks before the body', () => {
       it('404 for an unknown source and for other paths, 405 with Allow for other methods', async () => {
         const src = source('github');
-        expect((await post(`${main.base}/ingest/nope-${randomBytes(3).toString('hex')}`, '{}')).status).toBe(404);
+        expect((await post(`${main.base}/ingest/nope-${randomBytes(3).toString('hex')}`, '{}')).status).toBe(
+          404,
+        );
         expect((await post(`${main.base}/other/${src.id}`, '{}')).status).toBe(404);
         const r = await post(`${main.base}/ingest/${src.id}`, '', {}, 'GET');
         expect(r.status).toBe(405);
@@ -358,18 +467,27 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         ];
         const got: [string, string, number, string | null][] = [];
         for (const [method, path, body] of cases) {
-          const res = await fetch(`${main.base}${path}`, { method, ...(body !== undefined && { body, headers: { 'content-type': 'application/json' } }) });
+          const res = await fetch(`${main.base}${path}`, {
+            method,
+            ...(body !== undefined && { body, headers: { 'content-type': 'application/json' } }),
+          });
           const json = (await res.json()) as { error?: { code?: string } };
           expect(json.error?.code).toBe(res.status === 404 ? 'not_found' : 'method_not_allowed');
           got.push([method, path, res.status, res.headers.get('allow')]);
         }
-        expect(got).toEqual(cases.map(([method, path, , status]) => [method, path, status, status === 405 ? 'POST' : null]));
+        expect(got).toEqual(
+          cases.map(([method, path, , status]) => [method, path, status, status === 405 ? 'POST' : null]),
+        );
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
       });
 
       it('HEAD gets the status and headers without a body, and the connection carries on', async () => {
         const src = source('github');
-        const out = await rawPipeline(main.port, `HEAD /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n`, 3);
+        const out = await rawPipeline(
+          main.port,
+          `HEAD /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n\r\nHEAD /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n`,
+          3,
+        );
         const answers = out.split(/(?=HTTP\/1\.1 )/);
         expect(answers.map((a) => Number(a.slice(9, 12)))).toEqual([405, 404, 404]);
         // Each HEAD answer ends with its header block: the next status line follows at once.
@@ -390,13 +508,18 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(r.status).toBe(403);
         expect((await accepted()).filter((e) => e.sourceId === outside.id)).toHaveLength(0);
         const inside = source('github', { allowCidrs: ['192.30.252.0/22', '127.0.0.0/8'] });
-        expect((await post(`${main.base}/ingest/${inside.id}`, body, await headers(inside.secret))).status).toBe(202);
+        expect(
+          (await post(`${main.base}/ingest/${inside.id}`, body, await headers(inside.secret))).status,
+        ).toBe(202);
       });
 
       it('403 is decided before the body is read', async () => {
         const src = source('github', { allowCidrs: ['192.30.252.0/22'] });
         // Declares a body it never sends: only an answer decided on the headers can come back.
-        const status = await rawExchange(main.port, `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n`);
+        const status = await rawExchange(
+          main.port,
+          `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n`,
+        );
         expect(status).toBe(403);
       });
 
@@ -438,14 +561,19 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(await accepted(idOver)).toHaveLength(0);
         const at = Buffer.alloc(4096, 0x61);
         const idAt = randomBytes(6).toString('hex');
-        expect((await post(`${main.base}/ingest/${src.id}`, at, await signed(src, at, idAt))).status).toBe(202);
+        expect((await post(`${main.base}/ingest/${src.id}`, at, await signed(src, at, idAt))).status).toBe(
+          202,
+        );
         expect(await accepted(idAt)).toHaveLength(1);
       });
 
       it('413 closes the connection: declared too large, and streamed past the cap', async () => {
         const src = source('github', { maxBodyBytes: 4096 });
         const sig = `X-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: c\r\n`;
-        const declared = await rawConversation(main.port, `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n${sig}Content-Length: 4097\r\n\r\n`);
+        const declared = await rawConversation(
+          main.port,
+          `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n${sig}Content-Length: 4097\r\n\r\n`,
+        );
         expect(declared.status).toBe(413);
         expect(declared.closed).toBe(true);
         const chunk = Buffer.alloc(5000, 0x61);
@@ -481,7 +609,10 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           clearInterval(sampler);
         }
         peak = Math.max(peak, process.memoryUsage.rss());
-        if (process.env.SPILLWAY_TEST_VERBOSE) console.log(`rss growth during a 20 MB body vs 1 MB cap: ${((peak - base) / 1048576).toFixed(2)} MB`);
+        if (process.env.SPILLWAY_TEST_VERBOSE)
+          console.log(
+            `rss growth during a 20 MB body vs 1 MB cap: ${((peak - base) / 1048576).toFixed(2)} MB`,
+          );
         // The client writing the 20 MB lives in this process too, and other test files run beside
         // this one: allow 10 MB of noise — a backend that buffered the body would add 20 MB.
         expect(peak - base).toBeLessThan(10 * 1024 * 1024);
@@ -506,13 +637,25 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       sock.write(body.subarray(0, 40_000));
       const reply = collect(sock);
       await waitUntil(() => s.pipeline.inFlightBodyBytes === 80_000, 'the first request to reserve its body');
-      const second = await post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')));
+      const second = await post(
+        `${s.base}/ingest/${src.id}`,
+        body,
+        await signed2(src, body, randomBytes(6).toString('hex')),
+      );
       expect(second.status).toBe(503);
       expect(Number(second.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       sock.write(body.subarray(40_000));
       expect(await reply).toMatch(/^HTTP\/1\.1 202 /);
       await waitUntil(() => s.pipeline.inFlightBodyBytes === 0, 'the budget to be released');
-      expect((await post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')))).status).toBe(202);
+      expect(
+        (
+          await post(
+            `${s.base}/ingest/${src.id}`,
+            body,
+            await signed2(src, body, randomBytes(6).toString('hex')),
+          )
+        ).status,
+      ).toBe(202);
     });
 
     it('200 concurrent slow senders (slow headers and slow bodies) are cut off by the timeouts', async () => {
@@ -528,7 +671,10 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         closed.push(new Promise<void>((r) => sock.once('close', () => r())));
         sock.once('connect', () => {
           if (i % 2 === 0) sock.write(`POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\n`);
-          else sock.write(`POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: d${i}\r\nContent-Length: 100000\r\n\r\n`);
+          else
+            sock.write(
+              `POST /ingest/${src.id} HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: d${i}\r\nContent-Length: 100000\r\n\r\n`,
+            );
         });
       }
       // Each keeps trickling a byte: a header line or a body byte, never finishing.
@@ -552,7 +698,15 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       expect(s.pipeline.inFlightBodyBytes).toBe(0);
       // The server is still serving.
       const body = rawBody({});
-      expect((await post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')))).status).toBe(202);
+      expect(
+        (
+          await post(
+            `${s.base}/ingest/${src.id}`,
+            body,
+            await signed2(src, body, randomBytes(6).toString('hex')),
+          )
+        ).status,
+      ).toBe(202);
     });
 
     it('Redis stopped → 503 with Retry-After; 202 again once Redis is back, without a restart', async () => {
@@ -567,7 +721,11 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       const src = source('github');
       const send = async () => {
         const body = rawBody({});
-        return post(`${s.base}/ingest/${src.id}`, body, await signed2(src, body, randomBytes(6).toString('hex')));
+        return post(
+          `${s.base}/ingest/${src.id}`,
+          body,
+          await signed2(src, body, randomBytes(6).toString('hex')),
+        );
       };
       await waitUntil(async () => (await send()).status === 202, 'a 202 with Redis up');
       await own.stop();
@@ -607,7 +765,10 @@ async function rawExchange(port: number, bytes: string): Promise<number> {
   try {
     await new Promise((r) => sock.once('connect', r));
     sock.write(bytes);
-    const out = await Promise.race([collect(sock), new Promise<string>((r) => setTimeout(() => r(''), 5000))]);
+    const out = await Promise.race([
+      collect(sock),
+      new Promise<string>((r) => setTimeout(() => r(''), 5000)),
+    ]);
     return Number(/^HTTP\/1\.1 (\d{3})/.exec(out)?.[1] ?? 0);
   } finally {
     sock.destroy();
@@ -647,15 +808,25 @@ async function rawConversation(port: number, bytes: string): Promise<{ status: n
     await new Promise((r) => sock.once('connect', r));
     const closed = new Promise<boolean>((r) => sock.once('close', () => r(true)));
     sock.write(bytes);
-    const out = await Promise.race([collect(sock), new Promise<string>((r) => setTimeout(() => r(''), 5000))]);
-    const wasClosed = await Promise.race([closed, new Promise<boolean>((r) => setTimeout(() => r(false), 5000))]);
+    const out = await Promise.race([
+      collect(sock),
+      new Promise<string>((r) => setTimeout(() => r(''), 5000)),
+    ]);
+    const wasClosed = await Promise.race([
+      closed,
+      new Promise<boolean>((r) => setTimeout(() => r(false), 5000)),
+    ]);
     return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(out)?.[1] ?? 0), closed: wasClosed };
   } finally {
     sock.destroy();
   }
 }
 
-async function waitUntil(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
+async function waitUntil(
+  pred: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 5000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await pred()) return;

@@ -5,12 +5,22 @@
  * any ingest backend against the Intake contract: durable before it resolves, dedup per tenant
  * within the window, SPW_ERR_UNAVAILABLE when Redis cannot take the write.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { errors, type Intake, type Keys, type Rate, type RateGate, type Source, type SourceDirectory, type SpillwayEvent, type TakeResult } from '@spillway/shared';
+import {
+  errors,
+  type Intake,
+  type Keys,
+  type Rate,
+  type RateGate,
+  type Source,
+  type SourceDirectory,
+  type SpillwayEvent,
+  type TakeResult,
+} from '@spillway/shared';
 import { Redis } from 'ioredis';
 
 export interface StoredEvent {
@@ -44,7 +54,12 @@ export function acceptedKey(keys: Keys, tenantId: string): string {
 
 /** Redis at `url`; no offline queue, so a stopped Redis fails a submit at once (→ 503). */
 export function createTestIntake(url: string, keys: Keys, windowMs = 60_000): TestIntake {
-  const redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, retryStrategy: () => 100, lazyConnect: false });
+  const redis = new Redis(url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    retryStrategy: () => 100,
+    lazyConnect: false,
+  });
   redis.on('error', () => {});
   const ready = new Promise<void>((resolve) => redis.once('ready', () => resolve()));
   return {
@@ -53,7 +68,14 @@ export function createTestIntake(url: string, keys: Keys, windowMs = 60_000): Te
       const json = JSON.stringify({ ...event, body: event.body.toString('base64') });
       let stored: unknown;
       try {
-        stored = await redis.eval(SUBMIT, 2, keys.dedup(event.tenantId, event.id), acceptedKey(keys, event.tenantId), windowMs, json);
+        stored = await redis.eval(
+          SUBMIT,
+          2,
+          keys.dedup(event.tenantId, event.id),
+          acceptedKey(keys, event.tenantId),
+          windowMs,
+          json,
+        );
       } catch (err) {
         throw errors.unavailable(`test intake: ${(err as Error).message}`, { cause: err, retryAfter: 2 });
       }
@@ -139,11 +161,28 @@ export class OwnRedis {
   async start(): Promise<void> {
     const child = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--appendonly', 'yes', '--save', '', '--maxmemory-policy', 'noeviction'],
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        this.dir,
+        '--appendonly',
+        'yes',
+        '--save',
+        '',
+        '--maxmemory-policy',
+        'noeviction',
+      ],
       { stdio: 'ignore' },
     );
     this.#child = child;
-    const probe = new Redis(this.url, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+    const probe = new Redis(this.url, {
+      lazyConnect: true,
+      retryStrategy: () => null,
+      maxRetriesPerRequest: 0,
+    });
     probe.on('error', () => {});
     try {
       for (let i = 0; i < 100; i++) {

@@ -1,8 +1,8 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildBpf, LOADER, ownedId, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
 // not (yet) re-exported by @spillway/ingest's door
 import { startSteering } from '@spillway/ingest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildBpf, LOADER, ownedId, run, skipBpf, spawnReady, tcpExt } from '../../bpf/test/harness.ts';
 
 // SK_REUSEPORT steering, measured by the kernel's own counter. In a network namespace of its own
 // (so TcpExtListenOverflows counts only this test), two node:http workers listen on one port with

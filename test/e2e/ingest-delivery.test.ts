@@ -50,7 +50,11 @@ describe('ingest → delivery (all roles in one process)', () => {
     });
     await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
     target = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
-    const env = testEnv({ SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32', SPILLWAY_INGEST_BACKEND: 'node', SPILLWAY_RETRY_SCHEDULE: '100ms,200ms' });
+    const env = testEnv({
+      SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
+      SPILLWAY_INGEST_BACKEND: 'node',
+      SPILLWAY_RETRY_SCHEDULE: '100ms,200ms',
+    });
     token = env.SPILLWAY_ADMIN_TOKEN!;
     sp = await start('all', env);
     admin = `http://127.0.0.1:${sp.adminPort}`;
@@ -67,7 +71,11 @@ describe('ingest → delivery (all roles in one process)', () => {
   });
 
   const ingest = (sourceId: string, body: Buffer, headers: Record<string, string>) =>
-    fetch(`http://127.0.0.1:${sp.ingestPort}/ingest/${sourceId}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+    fetch(`http://127.0.0.1:${sp.ingestPort}/ingest/${sourceId}`, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json', ...headers },
+    });
 
   it('a GitHub delivery arrives at the endpoint with the raw bytes unchanged; a retry of it is a duplicate', async () => {
     const src = await api('POST', `/tenants/${tenant}/sources`, { kind: 'github', secret: 'gh-secret' });
@@ -75,7 +83,11 @@ describe('ingest → delivery (all roles in one process)', () => {
     expect(src.json!.ingestPath).toBe(`/ingest/${src.json!.id}`);
     const body = Buffer.from(`{ "action" : "opened",\n  "x": "caf\u00e9 \u{1f680}", "n": 1.50 }`);
     const delivery = randomBytes(8).toString('hex');
-    const headers = { 'x-hub-signature-256': await githubSign('gh-secret', body.toString('utf8')), 'x-github-event': 'pull_request', 'x-github-delivery': delivery };
+    const headers = {
+      'x-hub-signature-256': await githubSign('gh-secret', body.toString('utf8')),
+      'x-github-event': 'pull_request',
+      'x-github-delivery': delivery,
+    };
     const first = await ingest(String(src.json!.id), body, headers);
     expect(first.status).toBe(202);
     expect(await first.json()).toEqual({ id: delivery });
@@ -83,7 +95,11 @@ describe('ingest → delivery (all roles in one process)', () => {
     expect(again.status).toBe(200);
     expect(await again.json()).toEqual({ id: delivery, duplicate: true });
 
-    const hit = (await waitFor(() => got.find((g) => g.headers['webhook-id'] === delivery), 'the delivery at the endpoint', 30_000))!;
+    const hit = (await waitFor(
+      () => got.find((g) => g.headers['webhook-id'] === delivery),
+      'the delivery at the endpoint',
+      30_000,
+    ))!;
     expect(hit.body.equals(body)).toBe(true);
     expect(hit.headers['spillway-event-type']).toBe('pull_request');
     // The endpoint can verify it with its own secret over the exact bytes.
@@ -102,7 +118,11 @@ describe('ingest → delivery (all roles in one process)', () => {
     // Deleting the source through the admin API reaches the ingest role's cache: 404 from then on.
     expect((await api('DELETE', `/tenants/${tenant}/sources/${src.json!.id}`)).status).toBe(204);
     const fresh = { ...headers, 'x-github-delivery': randomBytes(8).toString('hex') };
-    await waitFor(async () => (await ingest(String(src.json!.id), body, fresh)).status === 404, 'the deleted source to be refused', 5000);
+    await waitFor(
+      async () => (await ingest(String(src.json!.id), body, fresh)).status === 404,
+      'the deleted source to be refused',
+      5000,
+    );
   });
 
   it('Stripe, Shopify and Standard Webhooks events are delivered byte for byte; a bad signature is not', async () => {
@@ -117,7 +137,10 @@ describe('ingest → delivery (all roles in one process)', () => {
     const evt = `evt_${randomBytes(6).toString('hex')}`;
     const stripeBody = Buffer.from(`{"id":"${evt}", "object":"event", "type":"invoice.paid"}`);
     const r1 = await ingest(String(st.json!.id), stripeBody, {
-      'stripe-signature': stripe.webhooks.generateTestHeaderString({ payload: stripeBody.toString(), secret: stripeSecret }),
+      'stripe-signature': stripe.webhooks.generateTestHeaderString({
+        payload: stripeBody.toString(),
+        secret: stripeSecret,
+      }),
     });
     expect(r1.status).toBe(202);
 
@@ -153,15 +176,25 @@ describe('ingest → delivery (all roles in one process)', () => {
       [wid, shopBody, 'orders/create'],
       [msg, stdBody, 'user.created'],
     ] as const) {
-      const hit = (await waitFor(() => got.find((g) => g.headers['webhook-id'] === id), `delivery of ${id}`, 30_000))!;
+      const hit = (await waitFor(
+        () => got.find((g) => g.headers['webhook-id'] === id),
+        `delivery of ${id}`,
+        30_000,
+      ))!;
       expect(hit.body.equals(body)).toBe(true);
       expect(hit.headers['spillway-event-type']).toBe(type);
     }
     expect(got.find((g) => g.headers['webhook-id'] === 'never')).toBeUndefined();
     // Every role serves /metrics on the admin port: the ingest counters are there, by source.
     const metrics = await (await fetch(`${admin}/metrics`)).text();
-    expect(metrics).toMatch(new RegExp(`spillway_ingest_requests_total\\{source="${sh.json!.id}",outcome="unauthorized"\\} 1`));
-    expect(metrics).toMatch(new RegExp(`spillway_ingest_verify_failures_total\\{source="${sh.json!.id}",reason="bad_signature"\\} 1`));
+    expect(metrics).toMatch(
+      new RegExp(`spillway_ingest_requests_total\\{source="${sh.json!.id}",outcome="unauthorized"\\} 1`),
+    );
+    expect(metrics).toMatch(
+      new RegExp(
+        `spillway_ingest_verify_failures_total\\{source="${sh.json!.id}",reason="bad_signature"\\} 1`,
+      ),
+    );
     expect(metrics).toContain('spillway_ingest_enqueue_seconds_bucket');
   });
 });

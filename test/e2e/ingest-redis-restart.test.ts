@@ -22,8 +22,20 @@ describe('ingest role across a Redis restart', () => {
     await own.start();
     sp = await start('ingest', testEnv({ SPILLWAY_REDIS_URL: own.url, SPILLWAY_INGEST_BACKEND: 'node' }));
     const store = new ConfigStore(sp.rt.redis, sp.rt.keys);
-    await store.createTenant({ id: tenant, limits: { maxInFlight: 100, concurrency: 4 }, status: 'active', createdAt: new Date().toISOString() });
-    await store.createSource({ id: sourceId, tenantId: tenant, kind: 'github', secret: 'sec', maxBodyBytes: 65536, createdAt: new Date().toISOString() });
+    await store.createTenant({
+      id: tenant,
+      limits: { maxInFlight: 100, concurrency: 4 },
+      status: 'active',
+      createdAt: new Date().toISOString(),
+    });
+    await store.createSource({
+      id: sourceId,
+      tenantId: tenant,
+      kind: 'github',
+      secret: 'sec',
+      maxBodyBytes: 65536,
+      createdAt: new Date().toISOString(),
+    });
   });
 
   afterAll(async () => {
@@ -36,7 +48,11 @@ describe('ingest role across a Redis restart', () => {
     const res = await fetch(`http://127.0.0.1:${sp.ingestPort}/ingest/${sourceId}`, {
       method: 'POST',
       body,
-      headers: { 'x-hub-signature-256': await githubSign('sec', body.toString()), 'x-github-event': 'push', 'x-github-delivery': id },
+      headers: {
+        'x-hub-signature-256': await githubSign('sec', body.toString()),
+        'x-github-event': 'push',
+        'x-github-delivery': id,
+      },
       signal: AbortSignal.timeout(15_000),
     });
     return { status: res.status, retryAfter: res.headers.get('retry-after') };

@@ -1,6 +1,11 @@
-import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createWorker,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import { afterEach, describe, expect, it } from 'vitest';
-import { waitFor } from '../helpers/spawn.ts';
 import {
   createSpillTopic,
   dropSpillTopic,
@@ -11,6 +16,7 @@ import {
   routerRuntime,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
+import { waitFor } from '../helpers/spawn.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -63,12 +69,21 @@ describe('router flow', () => {
     const disabled = await s.receiver();
     await makeEndpoint(s.store, t.id, disabled.url, { status: 'disabled' });
     await s.worker();
-    for (let i = 0; i < 20; i++) expect((await s.services.intake.submit(makeEvent(t.id, `e${i}`, 'order.created'))).duplicate).toBe(false);
+    for (let i = 0; i < 20; i++)
+      expect((await s.services.intake.submit(makeEvent(t.id, `e${i}`, 'order.created'))).duplicate).toBe(
+        false,
+      );
     expect((await s.services.intake.submit(makeEvent(t.id, 'e3', 'order.created'))).duplicate).toBe(true);
-    await waitFor(() => all.got.size === 20 && orders.got.size === 20, 'deliveries to both subscribed endpoints');
+    await waitFor(
+      () => all.got.size === 20 && orders.got.size === 20,
+      'deliveries to both subscribed endpoints',
+    );
     expect(users.requests).toBe(0);
     expect(disabled.requests).toBe(0);
-    await waitFor(async () => (await s.services.getEvent(t.id, 'e7'))?.deliveries.every((d) => d.status === 'delivered'), 'records say delivered');
+    await waitFor(
+      async () => (await s.services.getEvent(t.id, 'e7'))?.deliveries.every((d) => d.status === 'delivered'),
+      'records say delivered',
+    );
     const view = await s.services.getEvent(t.id, 'e7');
     expect(view).toMatchObject({ id: 'e7', type: 'order.created' });
     expect(view!.deliveries.map((d) => d.endpointId).sort()).toEqual([epAll.id, epOrders.id].sort());
@@ -95,7 +110,9 @@ describe('router flow', () => {
     expect(r.requests).toBe(9); // 3 attempts each = schedule length + 1
     const dlq = await s.services.listDlq(t.id);
     expect(dlq[0]).toMatchObject({ endpointId: ep.id, attempts: 3, lastError: 'http_503' });
-    expect(await s.services.getEvent(t.id, 'f0')).toMatchObject({ deliveries: [{ status: 'failed', attempts: 3, lastStatus: 503 }] });
+    expect(await s.services.getEvent(t.id, 'f0')).toMatchObject({
+      deliveries: [{ status: 'failed', attempts: 3, lastStatus: 503 }],
+    });
     expect((await s.services.tenantStats(t.id)).dlq).toBe(3);
 
     healthy = true;
@@ -104,7 +121,10 @@ describe('router flow', () => {
     expect(progress.at(-1)).toBe(3);
     expect(await s.services.listDlq(t.id)).toEqual([]);
     await waitFor(() => r.got.size === 3, 'replayed deliveries');
-    await waitFor(async () => (await s.services.getEvent(t.id, 'f0'))?.deliveries[0]?.status === 'delivered', 'record delivered');
+    await waitFor(
+      async () => (await s.services.getEvent(t.id, 'f0'))?.deliveries[0]?.status === 'delivered',
+      'record delivered',
+    );
     expect((await s.services.getEvent(t.id, 'f0'))!.deliveries[0]!.attempts).toBe(1);
   });
 
@@ -117,8 +137,15 @@ describe('router flow', () => {
     await s.services.intake.submit(makeEvent(t.id, 'g1'));
     await waitFor(async () => (await s.services.listDlq(t.id)).length === 1, 'DLQ entry');
     expect(r.requests).toBe(1);
-    expect((await s.services.listDlq(t.id))[0]).toMatchObject({ endpointId: ep.id, attempts: 1, lastError: 'gone' });
-    await waitFor(async () => (await s.store.getEndpoint(t.id, ep.id))?.status === 'disabled', 'endpoint disabled');
+    expect((await s.services.listDlq(t.id))[0]).toMatchObject({
+      endpointId: ep.id,
+      attempts: 1,
+      lastError: 'gone',
+    });
+    await waitFor(
+      async () => (await s.store.getEndpoint(t.id, ep.id))?.status === 'disabled',
+      'endpoint disabled',
+    );
     expect((await s.store.getEndpoint(t.id, ep.id))?.disabledReason).toBe('gone');
   });
 });

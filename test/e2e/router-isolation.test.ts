@@ -1,6 +1,5 @@
 import { ConfigStore, createRouterServices, createWorker, type WorkerHandle } from '@spillway/router';
 import { afterEach, describe, expect, it } from 'vitest';
-import { waitFor } from '../helpers/spawn.ts';
 import {
   createSpillTopic,
   dropSpillTopic,
@@ -11,6 +10,7 @@ import {
   routerRuntime,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
+import { waitFor } from '../helpers/spawn.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -38,7 +38,10 @@ describe('invariant 5: a rate-limited task waits without holding a concurrency s
     // Concurrency 2: if waiting for the slow endpoint's tokens held a slot, the first two slow
     // tasks would block every fast one until tokens trickle in (0.5/s).
     const t = await makeTenant(store, { concurrency: 2, maxInFlight: 100 });
-    const epSlow = await makeEndpoint(store, t.id, slow.url, { eventTypes: ['slow.*'], rate: { perSecond: 0.5, burst: 1 } });
+    const epSlow = await makeEndpoint(store, t.id, slow.url, {
+      eventTypes: ['slow.*'],
+      rate: { perSecond: 0.5, burst: 1 },
+    });
     await makeEndpoint(store, t.id, fast.url, { eventTypes: ['fast.*'] });
     worker = await createWorker(rt);
     for (let i = 0; i < 6; i++) await services.intake.submit(makeEvent(t.id, `s${i}`, 'slow.thing'));

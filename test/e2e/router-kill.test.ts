@@ -2,8 +2,16 @@ import { ConfigStore, createRouterServices, createRuntime } from '@spillway/rout
 import { loadConfig } from '@spillway/shared';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import {
+  createSpillTopic,
+  dropSpillTopic,
+  makeEndpoint,
+  makeEvent,
+  makeTenant,
+  ROUTER_TEST_ENV,
+  startReceiver,
+} from '../helpers/router-fixtures.ts';
 import { type Spawned, spawnSpillway, waitFor } from '../helpers/spawn.ts';
-import { createSpillTopic, dropSpillTopic, makeEndpoint, makeEvent, makeTenant, ROUTER_TEST_ENV, startReceiver } from '../helpers/router-fixtures.ts';
 
 /**
  * Invariant 1 and 2 across kill -9: a worker child process is SIGKILLed twice mid-stream — first
@@ -23,7 +31,11 @@ describe('no loss under kill -9 of a worker', () => {
   const startWorker = async () => {
     const c = spawnSpillway(['start', '--role', 'worker'], env);
     children.push(c);
-    await waitFor(() => /running/.test(c.stdout()) || c.child.exitCode !== null, 'the worker to start', 30_000);
+    await waitFor(
+      () => /running/.test(c.stdout()) || c.child.exitCode !== null,
+      'the worker to start',
+      30_000,
+    );
     expect(c.child.exitCode, c.stderr()).toBeNull();
     return c;
   };
@@ -32,7 +44,9 @@ describe('no loss under kill -9 of a worker', () => {
     await c.exited;
   };
 
-  it('2,000 events, two SIGKILLs at different points, every accepted id delivered', { timeout: 180_000 }, async () => {
+  it('2,000 events, two SIGKILLs at different points, every accepted id delivered', {
+    timeout: 180_000,
+  }, async () => {
     await createSpillTopic(rt);
     const store = new ConfigStore(rt.redis, rt.keys);
     const services = createRouterServices(rt);
@@ -47,7 +61,9 @@ describe('no loss under kill -9 of a worker', () => {
         for (let i = from; i < to; i += 50) {
           const ids = Array.from({ length: Math.min(50, to - i) }, (_, k) => `k${i + k}`);
           const res = await Promise.allSettled(ids.map((id) => services.intake.submit(makeEvent(t.id, id))));
-          res.forEach((x, k) => x.status === 'fulfilled' && accepted.push(ids[k]!));
+          res.forEach((x, k) => {
+            if (x.status === 'fulfilled') accepted.push(ids[k]!);
+          });
         }
       };
 
@@ -60,17 +76,23 @@ describe('no loss under kill -9 of a worker', () => {
       await submit(1000, 2000);
 
       // Point 2: the backlog is in Kafka and the drainer is bringing it back (tasks spilled, admitted).
-      await waitFor(async () => {
-        const st = await services.tenantStats(t.id, { detail: true });
-        return r.got.size > atKill1 + 200 && st.spilled > 0 && st.inFlight > 0;
-      }, 'the drainer holding spilled tasks', 60_000);
+      await waitFor(
+        async () => {
+          const st = await services.tenantStats(t.id, { detail: true });
+          return r.got.size > atKill1 + 200 && st.spilled > 0 && st.inFlight > 0;
+        },
+        'the drainer holding spilled tasks',
+        60_000,
+      );
       expect(r.got.size).toBeLessThan(accepted.length);
       await kill9(w);
       w = await startWorker();
 
       await waitFor(() => accepted.every((id) => r.got.has(id)), 'every accepted id delivered', 120_000, 200);
       const duplicates = [...r.got.values()].reduce((n, c) => n + (c - 1), 0);
-      console.log(`kill -9: accepted ${accepted.length}, delivered ${r.got.size} distinct, ${duplicates} duplicates`);
+      console.log(
+        `kill -9: accepted ${accepted.length}, delivered ${r.got.size} distinct, ${duplicates} duplicates`,
+      );
       expect(accepted.length).toBe(2000);
       expect(r.got.size).toBe(2000);
       w.child.kill('SIGTERM');

@@ -1,10 +1,25 @@
-import { ConfigStore, createRouterServices, createRuntime, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createRuntime,
+  createWorker,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
-import { waitFor } from '../helpers/spawn.ts';
-import { createSpillTopic, dropSpillTopic, makeEndpoint, makeEvent, makeTenant, ROUTER_TEST_ENV, startReceiver } from '../helpers/router-fixtures.ts';
+import {
+  createSpillTopic,
+  dropSpillTopic,
+  makeEndpoint,
+  makeEvent,
+  makeTenant,
+  ROUTER_TEST_ENV,
+  startReceiver,
+} from '../helpers/router-fixtures.ts';
 import { freePort, PrivateKafka, PrivateRedis } from '../helpers/router-services.ts';
+import { waitFor } from '../helpers/spawn.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -19,7 +34,10 @@ function sender(submit: (id: string) => Promise<unknown>, total: number) {
     for (let i = 0; i < total; i += 20) {
       const ids = Array.from({ length: 20 }, (_, k) => `r${i + k}`);
       const res = await Promise.allSettled(ids.map(submit));
-      res.forEach((x, k) => (x.status === 'fulfilled' ? accepted.push(ids[k]!) : rejected++));
+      res.forEach((x, k) => {
+        if (x.status === 'fulfilled') accepted.push(ids[k]!);
+        else rejected++;
+      });
       await new Promise((r) => setTimeout(r, 20));
     }
   })();
@@ -47,7 +65,9 @@ async function world(env: Record<string, string>) {
 }
 
 describe('restarts of the backing services (no process restart)', () => {
-  it('Redis (AOF) restarts mid-run: the worker recovers by itself and every accepted event is delivered', { timeout: 150_000 }, async () => {
+  it('Redis (AOF) restarts mid-run: the worker recovers by itself and every accepted event is delivered', {
+    timeout: 150_000,
+  }, async () => {
     const redis = new PrivateRedis(await freePort());
     await redis.start();
     cleanup.push(() => redis.stop());
@@ -58,24 +78,42 @@ describe('restarts of the backing services (no process restart)', () => {
     await new Promise((res) => setTimeout(res, 1500));
     await redis.start();
     await s.done;
-    await waitFor(() => s.accepted.every((id) => w.r.got.has(id)), 'every accepted id delivered after the restart', 100_000, 200);
-    console.log(`redis restart: accepted ${s.accepted.length}, rejected ${s.rejected()} (503 while down), delivered ${w.r.got.size}`);
+    await waitFor(
+      () => s.accepted.every((id) => w.r.got.has(id)),
+      'every accepted id delivered after the restart',
+      100_000,
+      200,
+    );
+    console.log(
+      `redis restart: accepted ${s.accepted.length}, rejected ${s.rejected()} (503 while down), delivered ${w.r.got.size}`,
+    );
     expect(s.accepted.length).toBeGreaterThan(200);
     expect(s.rejected()).toBeGreaterThan(0);
   });
 
-  it('the Kafka broker restarts while tasks are spilled: the worker recovers by itself and every accepted event is delivered', { timeout: 240_000 }, async () => {
+  it('the Kafka broker restarts while tasks are spilled: the worker recovers by itself and every accepted event is delivered', {
+    timeout: 240_000,
+  }, async () => {
     const kafka = new PrivateKafka(await freePort(), await freePort());
     await kafka.start();
     cleanup.push(() => kafka.stop());
     const w = await world({ SPILLWAY_KAFKA_BROKERS: kafka.brokers });
     const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1000);
-    await waitFor(() => w.worker.spill.sent > 100 && w.r.got.size >= 100, 'spilled tasks and deliveries', 60_000);
+    await waitFor(
+      () => w.worker.spill.sent > 100 && w.r.got.size >= 100,
+      'spilled tasks and deliveries',
+      60_000,
+    );
     await kafka.stop();
     await new Promise((res) => setTimeout(res, 2000));
     await kafka.start();
     await s.done;
-    await waitFor(() => s.accepted.every((id) => w.r.got.has(id)), 'every accepted id delivered after the broker restart', 150_000, 200);
+    await waitFor(
+      () => s.accepted.every((id) => w.r.got.has(id)),
+      'every accepted id delivered after the broker restart',
+      150_000,
+      200,
+    );
     console.log(`kafka restart: accepted ${s.accepted.length}, delivered ${w.r.got.size}`);
     expect(s.accepted.length).toBe(1000);
   });

@@ -1,9 +1,24 @@
-import { ConfigStore, createRouterServices, createRuntime, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createRuntime,
+  createWorker,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import {
+  createSpillTopic,
+  dropSpillTopic,
+  makeEndpoint,
+  makeEvent,
+  makeTenant,
+  ROUTER_TEST_ENV,
+  startReceiver,
+} from '../helpers/router-fixtures.ts';
 import { waitFor } from '../helpers/spawn.ts';
-import { createSpillTopic, dropSpillTopic, makeEndpoint, makeEvent, makeTenant, ROUTER_TEST_ENV, startReceiver } from '../helpers/router-fixtures.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -11,7 +26,9 @@ afterEach(async () => {
 });
 
 describe('several workers', () => {
-  it('two workers share intake jobs and spill partitions; a third joins and leaves mid-stream; nothing is lost', { timeout: 120_000 }, async () => {
+  it('two workers share intake jobs and spill partitions; a third joins and leaves mid-stream; nothing is lost', {
+    timeout: 120_000,
+  }, async () => {
     const config = loadConfig(testEnv(ROUTER_TEST_ENV));
     // One runtime per worker: separate connections, worker ids and Kafka group members, as separate processes would have.
     const rts: Runtime[] = [createRuntime(config), createRuntime(config), createRuntime(config)];
@@ -36,7 +53,10 @@ describe('several workers', () => {
 
     const ids = Array.from({ length: 1500 }, (_, i) => `w${i}`);
     const submit = async (from: number, to: number) => {
-      for (let i = from; i < to; i += 100) await Promise.all(ids.slice(i, Math.min(i + 100, to)).map((id) => services.intake.submit(makeEvent(t.id, id))));
+      for (let i = from; i < to; i += 100)
+        await Promise.all(
+          ids.slice(i, Math.min(i + 100, to)).map((id) => services.intake.submit(makeEvent(t.id, id))),
+        );
     };
     await submit(0, 500);
     const w2 = await createWorker(rt2);
@@ -50,7 +70,9 @@ describe('several workers', () => {
     await waitFor(() => ids.every((id) => r.got.has(id)), 'every id delivered', 90_000, 100);
 
     const delivered = [w0, w1, w2].map((w) => w.engine.snapshot()[t.id]?.delivered ?? 0);
-    console.log(`delivered per worker: ${delivered.join(', ')}; duplicates ${[...r.got.values()].reduce((n, c) => n + c - 1, 0)}`);
+    console.log(
+      `delivered per worker: ${delivered.join(', ')}; duplicates ${[...r.got.values()].reduce((n, c) => n + c - 1, 0)}`,
+    );
     // Both long-lived workers did part of the work.
     expect(delivered[0]).toBeGreaterThan(0);
     expect(delivered[1]).toBeGreaterThan(0);

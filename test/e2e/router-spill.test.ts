@@ -1,8 +1,12 @@
-import { ConfigStore, createRouterServices, createWorker, type Runtime, type WorkerHandle } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createWorker,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import { registry } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import { scrape } from '../helpers/router-metrics.ts';
-import { waitFor } from '../helpers/spawn.ts';
 import {
   createSpillTopic,
   dropSpillTopic,
@@ -13,6 +17,8 @@ import {
   routerRuntime,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
+import { scrape } from '../helpers/router-metrics.ts';
+import { waitFor } from '../helpers/spawn.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -51,7 +57,8 @@ async function setup(partitions?: number, env: Record<string, string> = {}) {
 }
 
 async function submitAll(s: Awaited<ReturnType<typeof setup>>, tid: string, ids: string[]): Promise<void> {
-  for (let i = 0; i < ids.length; i += 100) await Promise.all(ids.slice(i, i + 100).map((id) => s.services.intake.submit(makeEvent(tid, id))));
+  for (let i = 0; i < ids.length; i += 100)
+    await Promise.all(ids.slice(i, i + 100).map((id) => s.services.intake.submit(makeEvent(tid, id))));
 }
 
 describe('spill and drain', () => {
@@ -131,13 +138,18 @@ describe('spill and drain', () => {
     const w = await s.worker();
     const aIds = Array.from({ length: 500 }, (_, i) => `a${i}`);
     await submitAll(s, a.id, aIds);
-    await waitFor(async () => (await s.services.tenantStats(a.id)).spilled === 500, 'the 500 tasks are the backlog in Kafka', 20_000);
+    await waitFor(
+      async () => (await s.services.tenantStats(a.id)).spilled === 500,
+      'the 500 tasks are the backlog in Kafka',
+      20_000,
+    );
     // Let the first passes settle (the backlog arrived in several producer batches).
     await new Promise((r) => setTimeout(r, 2500));
     const before = await scrape();
     await new Promise((r) => setTimeout(r, 9500));
     const after = await scrape();
-    const churn = after.value('spillway_spill_reappended_total') - before.value('spillway_spill_reappended_total');
+    const churn =
+      after.value('spillway_spill_reappended_total') - before.value('spillway_spill_reappended_total');
     // At most one pass over the 500 in ~10 s (re-appending every 1 s would be ~4,500).
     expect(churn).toBeLessThanOrEqual(500);
     expect(ra.requests).toBe(0);
@@ -145,13 +157,22 @@ describe('spill and drain', () => {
 
     // Another tenant's record lands behind the waiting look-ahead: the drainer notices the new
     // record (latest-offset poll) and re-appends A's at once, so B does not wait out the 10 s.
-    await w.spill.spill({ tenantId: b.id, eventId: 'b-late', endpointId: epB.id, attempt: 1, event: makeEvent(b.id, 'b-late') });
+    await w.spill.spill({
+      tenantId: b.id,
+      eventId: 'b-late',
+      endpointId: epB.id,
+      attempt: 1,
+      event: makeEvent(b.id, 'b-late'),
+    });
     await waitFor(() => rb.got.has('b-late'), "B's record behind A's paused backlog delivered", 3000, 50);
     expect(ra.requests).toBe(0);
 
     await s.store.updateTenant(a.id, (t) => ({ ...t, status: 'active' }));
     await waitFor(() => ra.got.size === 500, "all of A's events after resume", 30_000);
-    await waitFor(async () => (await s.services.tenantStats(a.id)).spilled === 0, 'no backlog left after resume');
+    await waitFor(
+      async () => (await s.services.tenantStats(a.id)).spilled === 0,
+      'no backlog left after resume',
+    );
   });
 
   it('pause takes effect within 1 s: tasks waiting in memory are spilled, none delivered while paused', async () => {
@@ -160,7 +181,11 @@ describe('spill and drain', () => {
     const t = await makeTenant(s.store, { maxInFlight: 200, concurrency: 2 });
     await makeEndpoint(s.store, t.id, r.url);
     const w = await s.worker();
-    await submitAll(s, t.id, Array.from({ length: 200 }, (_, i) => `p${i}`));
+    await submitAll(
+      s,
+      t.id,
+      Array.from({ length: 200 }, (_, i) => `p${i}`),
+    );
     await waitFor(() => w.engine.credits.used(t.id) > 50, 'tasks held in memory');
     await s.store.updateTenant(t.id, (x) => ({ ...x, status: 'paused' }));
     await new Promise((res) => setTimeout(res, 1000));
@@ -188,7 +213,8 @@ describe('spill and drain', () => {
     }, 2);
     const big = (tid: string, id: string) => ({ ...makeEvent(tid, id), body: Buffer.alloc(64 * 1024, 0x61) });
     const sent: Promise<unknown>[] = [];
-    for (let i = 0; i < 40; i++) sent.push(s.services.intake.submit(big(a.id, `a${i}`)), s.services.intake.submit(big(b.id, `b${i}`)));
+    for (let i = 0; i < 40; i++)
+      sent.push(s.services.intake.submit(big(a.id, `a${i}`)), s.services.intake.submit(big(b.id, `b${i}`)));
     await Promise.all(sent);
     await waitFor(() => r.got.size === 80, 'all 80 large events delivered', 60_000);
     clearInterval(sampler);

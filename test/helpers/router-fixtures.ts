@@ -59,7 +59,11 @@ export function routerRuntime(overrides: Record<string, string> = {}): Runtime {
   return createRuntime(testConfig({ ...ROUTER_TEST_ENV, ...overrides }));
 }
 
-export async function makeTenant(store: ConfigStore, limits: Partial<TenantLimits> = {}, id = `ten-${randomBytes(3).toString('hex')}`): Promise<Tenant> {
+export async function makeTenant(
+  store: ConfigStore,
+  limits: Partial<TenantLimits> = {},
+  id = `ten-${randomBytes(3).toString('hex')}`,
+): Promise<Tenant> {
   return store.createTenant({
     id,
     limits: { maxInFlight: 100, concurrency: 16, ...limits },
@@ -68,7 +72,12 @@ export async function makeTenant(store: ConfigStore, limits: Partial<TenantLimit
   });
 }
 
-export async function makeEndpoint(store: ConfigStore, tenantId: string, url: string, extra: Partial<Endpoint> = {}): Promise<Endpoint> {
+export async function makeEndpoint(
+  store: ConfigStore,
+  tenantId: string,
+  url: string,
+  extra: Partial<Endpoint> = {},
+): Promise<Endpoint> {
   return store.createEndpoint({
     id: `ep-${randomBytes(3).toString('hex')}`,
     tenantId,
@@ -83,7 +92,14 @@ export async function makeEndpoint(store: ConfigStore, tenantId: string, url: st
 }
 
 export function makeEvent(tenantId: string, id: string, type = 'order.created'): SpillwayEvent {
-  return { tenantId, id, type, receivedAt: Date.now(), contentType: 'application/json', body: Buffer.from(JSON.stringify({ id, n: 1 })) };
+  return {
+    tenantId,
+    id,
+    type,
+    receivedAt: Date.now(),
+    contentType: 'application/json',
+    body: Buffer.from(JSON.stringify({ id, n: 1 })),
+  };
 }
 
 /** Creates the per-test spill topic with `partitions` partitions (1 forces tenants to share one). */

@@ -39,10 +39,32 @@ export class PrivateRedis {
   async start(): Promise<void> {
     this.#child = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', '', '--maxmemory-policy', 'noeviction'],
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        this.dir,
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'always',
+        '--save',
+        '',
+        '--maxmemory-policy',
+        'noeviction',
+      ],
       { stdio: 'ignore' },
     );
-    await waitFor(async () => (await run('redis-cli', ['-p', String(this.port), 'ping']).catch(() => ({ stdout: '' }))).stdout.includes('PONG'), 'private redis', 10_000);
+    await waitFor(
+      async () =>
+        (
+          await run('redis-cli', ['-p', String(this.port), 'ping']).catch(() => ({ stdout: '' }))
+        ).stdout.includes('PONG'),
+      'private redis',
+      10_000,
+    );
   }
 
   /** Clean shutdown (the AOF is complete), as an operator's restart would do. */

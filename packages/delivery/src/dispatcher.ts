@@ -108,7 +108,12 @@ export class Dispatcher {
     this.#maxResponseBytes = opts.maxResponseBytes ?? 64 * 1024;
   }
 
-  async dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint, opts: DispatchOptions = {}): Promise<AttemptOutcome> {
+  async dispatch(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    opts: DispatchOptions = {},
+  ): Promise<AttemptOutcome> {
     const outcome = await this.#dispatch(task, tenant, endpoint, opts.signal);
     attemptsTotal.inc({ outcome: outcome.kind });
     if (outcome.kind !== 'delivered') {
@@ -187,7 +192,13 @@ export class Dispatcher {
   }
 
   /** Holding one of the tenant's slots: breaker, then the request. */
-  async #inSlot(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint, url: URL, slots: TenantSlots): Promise<AttemptOutcome> {
+  async #inSlot(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    url: URL,
+    slots: TenantSlots,
+  ): Promise<AttemptOutcome> {
     const signal = this.#closing.signal;
     if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
     const entry = this.#breakers.get(task.tenantId, task.endpointId, endpoint.timeoutMs);
@@ -197,7 +208,9 @@ export class Dispatcher {
     slots.open++;
     inFlightGauge.inc({ tenant: task.tenantId });
     try {
-      return (await b.fire((breakerSignal) => this.#attempt(task, endpoint, url, tenant, breakerSignal))) as AttemptOutcome;
+      return (await b.fire((breakerSignal) =>
+        this.#attempt(task, endpoint, url, tenant, breakerSignal),
+      )) as AttemptOutcome;
     } catch (err) {
       if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
       const code = (err as { code?: string }).code;

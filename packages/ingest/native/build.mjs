@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 const nodedir = process.env.SPILLWAY_NODEDIR ?? dirname(dirname(process.execPath));
 if (!existsSync(join(nodedir, 'include', 'node', 'node_api.h'))) {
-  console.error(`ingest/native: no Node headers under ${nodedir}/include/node; source infra/local/env.sh first`);
+  console.error(
+    `ingest/native: no Node headers under ${nodedir}/include/node; source infra/local/env.sh first`,
+  );
   process.exit(1);
 }
 if (!existsSync('/usr/include/liburing.h')) {
@@ -18,7 +20,10 @@ if (!existsSync('/usr/include/liburing.h')) {
 }
 const require = createRequire(import.meta.url);
 const gyp = join(dirname(require.resolve('node-gyp/package.json')), 'bin', 'node-gyp.js');
-const r = spawnSync(process.execPath, [gyp, 'rebuild', `--nodedir=${nodedir}`, '--jobs=max'], { cwd: here, stdio: 'inherit' });
+const r = spawnSync(process.execPath, [gyp, 'rebuild', `--nodedir=${nodedir}`, '--jobs=max'], {
+  cwd: here,
+  stdio: 'inherit',
+});
 if (r.status !== 0) {
   console.error('ingest/native: node-gyp rebuild failed');
   process.exit(r.status ?? 1);

@@ -11,7 +11,8 @@ export class BodyBudget {
 
   /** `onChange` hears every change as a delta (a gauge shared by several budgets adds them up). */
   constructor(limitBytes: number, onChange?: (delta: number) => void) {
-    if (!Number.isSafeInteger(limitBytes) || limitBytes <= 0) throw new RangeError(`body budget must be a positive integer (got ${limitBytes})`);
+    if (!Number.isSafeInteger(limitBytes) || limitBytes <= 0)
+      throw new RangeError(`body budget must be a positive integer (got ${limitBytes})`);
     this.limit = limitBytes;
     this.#onChange = onChange;
   }

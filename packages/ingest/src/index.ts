@@ -3,19 +3,7 @@ import { errors, type Logger } from '@spillway/shared';
 import { createNodeServer, type NodeServerOptions } from './backends/node.ts';
 import type { IngestServer, IngestServerOptions } from './server.ts';
 
-export type {
-  BodySink,
-  HeadDecision,
-  IngestHandler,
-  IngestResponse,
-  IngestServer,
-  IngestServerOptions,
-  RequestHead,
-} from './server.ts';
-export { createPipeline, type IngestPipeline, type PipelineOptions } from './pipeline.ts';
 export { createNodeServer, type NodeServerOptions } from './backends/node.ts';
-export { createSourceCache, type SourceCache, type SourceCacheOptions } from './sources.ts';
-export { TIMESTAMP_TOLERANCE_S } from './verify/index.ts';
 export {
   attachEdge,
   detachEdge,
@@ -34,6 +22,18 @@ export {
   setEdgeMode,
   startSteering,
 } from './edge.ts';
+export { createPipeline, type IngestPipeline, type PipelineOptions } from './pipeline.ts';
+export type {
+  BodySink,
+  HeadDecision,
+  IngestHandler,
+  IngestResponse,
+  IngestServer,
+  IngestServerOptions,
+  RequestHead,
+} from './server.ts';
+export { createSourceCache, type SourceCache, type SourceCacheOptions } from './sources.ts';
+export { TIMESTAMP_TOLERANCE_S } from './verify/index.ts';
 
 export type IngestBackend = 'uring' | 'node' | 'auto';
 
@@ -66,7 +66,11 @@ async function loadUring(): Promise<{ mod?: UringModule; reason?: string }> {
  * and the kernel allows it (not seccomp-blocked, kernel.io_uring_disabled=0), else node:http and
  * logs why; `uring` fails with the probe's reason instead of silently falling back.
  */
-export async function createIngestServer(backend: IngestBackend, opts: NodeServerOptions, logger?: Logger): Promise<IngestServer> {
+export async function createIngestServer(
+  backend: IngestBackend,
+  opts: NodeServerOptions,
+  logger?: Logger,
+): Promise<IngestServer> {
   if (backend === 'node') return createNodeServer(opts);
   const { mod, reason } = await loadUring();
   if (mod) return mod.createUringServer(opts);

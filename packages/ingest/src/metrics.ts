@@ -24,31 +24,60 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
   if (metrics) return metrics;
   const registers = [reg];
   metrics = {
-    requests: getOrCreate(reg, 'spillway_ingest_requests_total', () =>
-      new Counter({ name: 'spillway_ingest_requests_total', help: 'Ingest requests by source and outcome', labelNames: ['source', 'outcome'] as const, registers }),
+    requests: getOrCreate(
+      reg,
+      'spillway_ingest_requests_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_requests_total',
+          help: 'Ingest requests by source and outcome',
+          labelNames: ['source', 'outcome'] as const,
+          registers,
+        }),
     ),
-    bodyBytes: getOrCreate(reg, 'spillway_ingest_body_bytes_total', () =>
-      new Counter({ name: 'spillway_ingest_body_bytes_total', help: 'Request body bytes read at ingest', labelNames: ['source'] as const, registers }),
+    bodyBytes: getOrCreate(
+      reg,
+      'spillway_ingest_body_bytes_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_body_bytes_total',
+          help: 'Request body bytes read at ingest',
+          labelNames: ['source'] as const,
+          registers,
+        }),
     ),
-    verifyFailures: getOrCreate(reg, 'spillway_ingest_verify_failures_total', () =>
-      new Counter({
-        name: 'spillway_ingest_verify_failures_total',
-        help: 'Signature verification failures by source and reason',
-        labelNames: ['source', 'reason'] as const,
-        registers,
-      }),
+    verifyFailures: getOrCreate(
+      reg,
+      'spillway_ingest_verify_failures_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_verify_failures_total',
+          help: 'Signature verification failures by source and reason',
+          labelNames: ['source', 'reason'] as const,
+          registers,
+        }),
     ),
-    enqueueSeconds: getOrCreate(reg, 'spillway_ingest_enqueue_seconds', () =>
-      new Histogram({
-        name: 'spillway_ingest_enqueue_seconds',
-        help: 'Time from a verified body to the intake answering (durable or duplicate)',
-        labelNames: ['outcome'] as const,
-        buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
-        registers,
-      }),
+    enqueueSeconds: getOrCreate(
+      reg,
+      'spillway_ingest_enqueue_seconds',
+      () =>
+        new Histogram({
+          name: 'spillway_ingest_enqueue_seconds',
+          help: 'Time from a verified body to the intake answering (durable or duplicate)',
+          labelNames: ['outcome'] as const,
+          buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
+          registers,
+        }),
     ),
-    inflightBodyBytes: getOrCreate(reg, 'spillway_ingest_inflight_body_bytes', () =>
-      new Gauge({ name: 'spillway_ingest_inflight_body_bytes', help: 'Request body bytes held in memory now (all pipelines)', registers }),
+    inflightBodyBytes: getOrCreate(
+      reg,
+      'spillway_ingest_inflight_body_bytes',
+      () =>
+        new Gauge({
+          name: 'spillway_ingest_inflight_body_bytes',
+          help: 'Request body bytes held in memory now (all pipelines)',
+          registers,
+        }),
     ),
   };
   return metrics;

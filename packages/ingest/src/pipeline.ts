@@ -51,7 +51,13 @@ const NO_SOURCE = '-';
 type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
 const parsedCidrs = new WeakMap<Source, Cidr[]>();
 
-function error(status: number, code: string, message: string, headers?: Record<string, string>, close?: boolean): IngestResponse {
+function error(
+  status: number,
+  code: string,
+  message: string,
+  headers?: Record<string, string>,
+  close?: boolean,
+): IngestResponse {
   const r: IngestResponse = { status, body: { error: { code, message } } };
   if (headers) r.headers = headers;
   if (close) r.close = true;
@@ -76,7 +82,9 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     m.requests.inc({ source, outcome });
     return r;
   };
-  const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({ reject: answer(source, outcome, r) });
+  const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({
+    reject: answer(source, outcome, r),
+  });
 
   function allowed(src: Source, remote: string): boolean {
     let cidrs = parsedCidrs.get(src);
@@ -110,9 +118,14 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     } catch {
       sourceId = undefined;
     }
-    if (!sourceId || !SOURCE_ID.test(sourceId)) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', 'no such route'));
+    if (!sourceId || !SOURCE_ID.test(sourceId))
+      return reject(NO_SOURCE, 'not_found', error(404, 'not_found', 'no such route'));
     if (head.method !== 'POST') {
-      return reject(NO_SOURCE, 'method_not_allowed', error(405, 'method_not_allowed', 'use POST', { allow: 'POST' }));
+      return reject(
+        NO_SOURCE,
+        'method_not_allowed',
+        error(405, 'method_not_allowed', 'use POST', { allow: 'POST' }),
+      );
     }
 
     let source: Source | undefined;
@@ -120,7 +133,11 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       source = await sources.get(sourceId);
     } catch (err) {
       logger.warn({ err: (err as Error).message, source: sourceId }, 'source lookup failed');
-      return reject(NO_SOURCE, 'unavailable', error(503, 'unavailable', 'configuration store unavailable', { 'retry-after': retryAfter }));
+      return reject(
+        NO_SOURCE,
+        'unavailable',
+        error(503, 'unavailable', 'configuration store unavailable', { 'retry-after': retryAfter }),
+      );
     }
     if (!source) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', `unknown source ${sourceId}`));
     const sid = source.id;
@@ -130,13 +147,21 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     }
     const max = source.maxBodyBytes;
     if (head.contentLength !== undefined && head.contentLength > max) {
-      return reject(sid, 'too_large', error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true));
+      return reject(
+        sid,
+        'too_large',
+        error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true),
+      );
     }
 
     const prepared = prepareVerifier(source, head.headers, clock());
     if (!prepared.ok) {
       m.verifyFailures.inc({ source: sid, reason: prepared.reason });
-      return reject(sid, 'unauthorized', error(prepared.status, prepared.status === 401 ? 'unauthorized' : 'invalid_body', prepared.message));
+      return reject(
+        sid,
+        'unauthorized',
+        error(prepared.status, prepared.status === 401 ? 'unauthorized' : 'invalid_body', prepared.message),
+      );
     }
 
     if (source.rate && limiter) {
@@ -144,7 +169,11 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${sid}`), source.rate);
         if (!took.ok) {
           const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
-          return reject(sid, 'rate_limited', error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs }));
+          return reject(
+            sid,
+            'rate_limited',
+            error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs }),
+          );
         }
       } catch (err) {
         // Fail open: the limiter shares Redis with the intake, which decides durability and answers
@@ -155,7 +184,11 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
 
     const declared = head.contentLength ?? 0;
     if (!budget.tryReserve(declared)) {
-      return reject(sid, 'over_budget', error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }));
+      return reject(
+        sid,
+        'over_budget',
+        error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }),
+      );
     }
     return { accept: createSink(source, head, prepared.verifier, declared) };
   }
@@ -213,17 +246,37 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         m.bodyBytes.inc({ source: sid }, received);
         const was = state;
         state = 'done';
-        if (was === 'too_large') return answer(sid, 'too_large', error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true));
+        if (was === 'too_large')
+          return answer(
+            sid,
+            'too_large',
+            error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true),
+          );
         if (was === 'over_budget') {
-          return answer(sid, 'over_budget', error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }, true));
+          return answer(
+            sid,
+            'over_budget',
+            error(
+              503,
+              'unavailable',
+              'ingest is holding too many body bytes',
+              { 'retry-after': retryAfter },
+              true,
+            ),
+          );
         }
-        if (was === 'done') return answer(sid, 'aborted', error(400, 'invalid_body', 'request already finished'));
+        if (was === 'done')
+          return answer(sid, 'aborted', error(400, 'invalid_body', 'request already finished'));
         try {
           const body = whole ? whole.subarray(0, received) : Buffer.concat(chunks);
           const v = verifier.finish(body);
           if (!v.ok) {
             m.verifyFailures.inc({ source: sid, reason: v.reason });
-            return answer(sid, v.status === 401 ? 'unauthorized' : 'invalid', error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message));
+            return answer(
+              sid,
+              v.status === 401 ? 'unauthorized' : 'invalid',
+              error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message),
+            );
           }
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
@@ -245,13 +298,23 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
             }
             // Durable storage could not take it: never a 2xx. Anything unexpected is answered the
             // same way so the provider retries, and logged loudly.
-            if (isSpillwayError(err, 'SPW_ERR_UNAVAILABLE')) logger.warn({ err: err.message, source: sid }, 'intake unavailable');
+            if (isSpillwayError(err, 'SPW_ERR_UNAVAILABLE'))
+              logger.warn({ err: err.message, source: sid }, 'intake unavailable');
             else logger.error({ err, source: sid }, 'intake failed');
-            const ra = isSpillwayError(err) && err.retryAfter !== undefined ? String(err.retryAfter) : retryAfter;
-            return answer(sid, 'unavailable', error(503, 'unavailable', 'durable storage cannot take the event now', { 'retry-after': ra }));
+            const ra =
+              isSpillwayError(err) && err.retryAfter !== undefined ? String(err.retryAfter) : retryAfter;
+            return answer(
+              sid,
+              'unavailable',
+              error(503, 'unavailable', 'durable storage cannot take the event now', { 'retry-after': ra }),
+            );
           }
-          m.enqueueSeconds.observe({ outcome: result.duplicate ? 'duplicate' : 'accepted' }, (performance.now() - t0) / 1000);
-          if (result.duplicate) return answer(sid, 'duplicate', { status: 200, body: { id: result.id, duplicate: true } });
+          m.enqueueSeconds.observe(
+            { outcome: result.duplicate ? 'duplicate' : 'accepted' },
+            (performance.now() - t0) / 1000,
+          );
+          if (result.duplicate)
+            return answer(sid, 'duplicate', { status: 200, body: { id: result.id, duplicate: true } });
           return answer(sid, 'accepted', { status: 202, body: { id: result.id } });
         } finally {
           releaseAll();

@@ -1,14 +1,19 @@
 import { createHmac } from 'node:crypto';
+import http from 'node:http';
 import net from 'node:net';
 import { createNodeServer, createPipeline, type IngestServer } from '@spillway/ingest';
 import { createKeys, createLogger, type SpillwayEvent } from '@spillway/shared';
-import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 
 /** node:http specifics the conformance suite does not cover: keep-alive, SO_REUSEPORT, header cap. */
 const got: SpillwayEvent[] = [];
 const pipeline = createPipeline({
-  sources: { get: async (id) => (id === 'gh' ? { id: 'gh', tenantId: 't', kind: 'github', secret: 's', maxBodyBytes: 1 << 16, createdAt: '' } : undefined) },
+  sources: {
+    get: async (id) =>
+      id === 'gh'
+        ? { id: 'gh', tenantId: 't', kind: 'github', secret: 's', maxBodyBytes: 1 << 16, createdAt: '' }
+        : undefined,
+  },
   intake: {
     async submit(e) {
       got.push(e);
@@ -48,7 +53,8 @@ describe('createNodeServer', () => {
         req.end(body);
       });
     try {
-      for (let i = 0; i < 3; i++) expect(await call('/ingest/gh', 'POST', '{}', signed('{}', `k${i}`))).toBe(202);
+      for (let i = 0; i < 3; i++)
+        expect(await call('/ingest/gh', 'POST', '{}', signed('{}', `k${i}`))).toBe(202);
       expect(await call('/nope', 'GET')).toBe(404);
       expect(await call('/ingest/gh', 'POST', '{}', signed('{}', 'k9'))).toBe(202);
       expect(sockets.size).toBe(1);

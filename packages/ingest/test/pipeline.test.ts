@@ -1,6 +1,13 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import { createIngestServer, createPipeline, type HeadDecision, type RequestHead } from '@spillway/ingest';
-import { createKeys, createLogger, type Intake, isSpillwayError, type Source, type SpillwayEvent } from '@spillway/shared';
+import {
+  createKeys,
+  createLogger,
+  type Intake,
+  isSpillwayError,
+  type Source,
+  type SpillwayEvent,
+} from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { describe, expect, it } from 'vitest';
@@ -42,7 +49,14 @@ function setup(src: Partial<Source> = {}, opts: { budget?: number; now?: number;
 }
 
 function head(over: Partial<RequestHead> = {}): RequestHead {
-  return { method: 'POST', url: '/ingest/gh1', headers: {}, remoteAddress: '127.0.0.1', contentLength: undefined, ...over };
+  return {
+    method: 'POST',
+    url: '/ingest/gh1',
+    headers: {},
+    remoteAddress: '127.0.0.1',
+    contentLength: undefined,
+    ...over,
+  };
 }
 
 function githubHeaders(secret: string, body: Buffer, id = 'd1'): Record<string, string> {
@@ -72,13 +86,20 @@ describe('createPipeline: decisions on the head', () => {
     expect(status(await pipeline.begin(head({ url: '/ingest/a/b' })))).toBe(404);
     const d = await pipeline.begin(head({ method: 'PUT' }));
     expect('reject' in d && d.reject).toMatchObject({ status: 405, headers: { allow: 'POST' } });
-    expect(status(await pipeline.begin(head({ url: '/ingest/gh1?x=1', headers: githubHeaders('shh', Buffer.from('{}')) })))).toBe('accept');
+    expect(
+      status(
+        await pipeline.begin(
+          head({ url: '/ingest/gh1?x=1', headers: githubHeaders('shh', Buffer.from('{}')) }),
+        ),
+      ),
+    ).toBe('accept');
   });
 
   it('allowCidrs: IPv4-mapped IPv6 clients match IPv4 ranges; IPv6 ranges match IPv6 clients; others get 403', async () => {
     const { pipeline } = setup({ allowCidrs: ['10.1.0.0/16', '2001:db8::/32'] });
     const h = githubHeaders('shh', Buffer.from('{}'));
-    const at = async (remoteAddress: string) => status(await pipeline.begin(head({ remoteAddress, headers: h })));
+    const at = async (remoteAddress: string) =>
+      status(await pipeline.begin(head({ remoteAddress, headers: h })));
     expect(await at('10.1.2.3')).toBe('accept');
     expect(await at('::ffff:10.1.2.3')).toBe('accept');
     expect(await at('2001:db8::5')).toBe('accept');
@@ -103,10 +124,17 @@ describe('createPipeline: decisions on the head', () => {
   it('503 + Retry-After when the body budget cannot take a declared length; released after the answer', async () => {
     const { pipeline } = setup({ maxBodyBytes: 5000 }, { budget: 6000 });
     const body = Buffer.alloc(4000, 0x20);
-    const first = await pipeline.begin(head({ contentLength: 4000, headers: githubHeaders('shh', body, 'a') }));
+    const first = await pipeline.begin(
+      head({ contentLength: 4000, headers: githubHeaders('shh', body, 'a') }),
+    );
     expect(pipeline.inFlightBodyBytes).toBe(4000);
-    const second = await pipeline.begin(head({ contentLength: 4000, headers: githubHeaders('shh', body, 'b') }));
-    expect('reject' in second && second.reject).toMatchObject({ status: 503, headers: { 'retry-after': '1' } });
+    const second = await pipeline.begin(
+      head({ contentLength: 4000, headers: githubHeaders('shh', body, 'b') }),
+    );
+    expect('reject' in second && second.reject).toMatchObject({
+      status: 503,
+      headers: { 'retry-after': '1' },
+    });
     if (!('accept' in first)) throw new Error('first should be accepted');
     first.accept.write(body);
     // A body of spaces is not what GitHub sends, but verification only needs the HMAC: accepted.
@@ -128,7 +156,9 @@ describe('createPipeline: decisions on the head', () => {
 
   it('abort releases the reserved bytes', async () => {
     const { pipeline } = setup();
-    const d = await pipeline.begin(head({ contentLength: 900, headers: githubHeaders('shh', Buffer.alloc(900)) }));
+    const d = await pipeline.begin(
+      head({ contentLength: 900, headers: githubHeaders('shh', Buffer.alloc(900)) }),
+    );
     expect(pipeline.inFlightBodyBytes).toBe(900);
     if ('accept' in d) d.accept.abort('client_gone');
     expect(pipeline.inFlightBodyBytes).toBe(0);
@@ -139,11 +169,26 @@ describe('createPipeline: the body', () => {
   it('hashes chunk by chunk and hands the exact bytes, id, type and content type to the intake', async () => {
     const { pipeline, got } = setup();
     const body = Buffer.from('{"a": "\u00e9",  "b":[1,2 ,3]}');
-    const r = await run(pipeline, head({ headers: { ...githubHeaders('shh', body, 'del-1'), 'content-type': 'application/x-www-form-urlencoded' } }), body);
+    const r = await run(
+      pipeline,
+      head({
+        headers: {
+          ...githubHeaders('shh', body, 'del-1'),
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+      }),
+      body,
+    );
     expect(r).toEqual({ status: 202, body: { id: 'del-1' } });
     expect(got).toHaveLength(1);
     expect(got[0]!.body.equals(body)).toBe(true);
-    expect(got[0]).toMatchObject({ tenantId: 'acme', id: 'del-1', type: 'push', sourceId: 'gh1', contentType: 'application/x-www-form-urlencoded' });
+    expect(got[0]).toMatchObject({
+      tenantId: 'acme',
+      id: 'del-1',
+      type: 'push',
+      sourceId: 'gh1',
+      contentType: 'application/x-www-form-urlencoded',
+    });
   });
 
   it('copies chunks: a backend reusing its buffer after write() cannot change the event', async () => {
@@ -161,9 +206,15 @@ describe('createPipeline: the body', () => {
   it('a duplicate from the intake answers 200 {id, duplicate:true}; SPW_ERR_UNAVAILABLE answers 503 + Retry-After', async () => {
     const body = Buffer.from('{}');
     const dup = setup({}, { intake: { submit: async (e) => ({ id: e.id, duplicate: true }) } });
-    expect(await run(dup.pipeline, head({ headers: githubHeaders('shh', body) }), body)).toEqual({ status: 200, body: { id: 'd1', duplicate: true } });
+    expect(await run(dup.pipeline, head({ headers: githubHeaders('shh', body) }), body)).toEqual({
+      status: 200,
+      body: { id: 'd1', duplicate: true },
+    });
     const { errors } = await import('@spillway/shared');
-    const down = setup({}, { intake: { submit: async () => Promise.reject(errors.unavailable('redis down', { retryAfter: 3 })) } });
+    const down = setup(
+      {},
+      { intake: { submit: async () => Promise.reject(errors.unavailable('redis down', { retryAfter: 3 })) } },
+    );
     const r = await run(down.pipeline, head({ headers: githubHeaders('shh', body) }), body);
     expect(r).toMatchObject({ status: 503, headers: { 'retry-after': '3' } });
     expect(down.pipeline.inFlightBodyBytes).toBe(0);
@@ -174,18 +225,35 @@ describe('createPipeline: the body', () => {
     const { pipeline, got } = setup({ kind: 'stripe', secret: 'whsec_abc' }, { now });
     const stripe = new Stripe('sk_test_x');
     const body = Buffer.from('{"id":"evt_1","type":"charge.succeeded"}');
-    const sig = (t: number) => stripe.webhooks.generateTestHeaderString({ payload: body.toString(), secret: 'whsec_abc', timestamp: t });
+    const sig = (t: number) =>
+      stripe.webhooks.generateTestHeaderString({
+        payload: body.toString(),
+        secret: 'whsec_abc',
+        timestamp: t,
+      });
     const t = now / 1000;
-    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t - 300) } }), body)).status).toBe(202);
-    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t + 300) } }), body)).status).toBe(202);
-    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t - 301) } }), body)).status).toBe(401);
-    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t + 301) } }), body)).status).toBe(401);
+    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t - 300) } }), body)).status).toBe(
+      202,
+    );
+    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t + 300) } }), body)).status).toBe(
+      202,
+    );
+    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t - 301) } }), body)).status).toBe(
+      401,
+    );
+    expect((await run(pipeline, head({ headers: { 'stripe-signature': sig(t + 301) } }), body)).status).toBe(
+      401,
+    );
     expect(got.map((e) => [e.id, e.type])).toEqual([
       ['evt_1', 'charge.succeeded'],
       ['evt_1', 'charge.succeeded'],
     ]);
     const arr = Buffer.from('[1,2]');
-    const arrSig = stripe.webhooks.generateTestHeaderString({ payload: arr.toString(), secret: 'whsec_abc', timestamp: t });
+    const arrSig = stripe.webhooks.generateTestHeaderString({
+      payload: arr.toString(),
+      secret: 'whsec_abc',
+      timestamp: t,
+    });
     expect((await run(pipeline, head({ headers: { 'stripe-signature': arrSig } }), arr)).status).toBe(400);
   });
 
@@ -204,7 +272,11 @@ describe('createPipeline: the body', () => {
     expect((await run(pipeline, head({ headers: h(now + 301_000) }), body)).status).toBe(401);
     expect(got[0]).toMatchObject({ id: 'msg_1', type: 'a.b' });
     const noType = Buffer.from('{"data":1}');
-    const h2 = { 'webhook-id': 'msg_2', 'webhook-timestamp': String(now / 1000), 'webhook-signature': new Webhook(secret).sign('msg_2', new Date(now), noType) };
+    const h2 = {
+      'webhook-id': 'msg_2',
+      'webhook-timestamp': String(now / 1000),
+      'webhook-signature': new Webhook(secret).sign('msg_2', new Date(now), noType),
+    };
     expect((await run(pipeline, head({ headers: h2 }), noType)).status).toBe(400);
   });
 
@@ -214,9 +286,21 @@ describe('createPipeline: the body', () => {
     const b64 = createHmac('sha256', 'shh').update(body).digest('base64');
     const hex = createHmac('sha256', 'shh').update(body).digest('hex');
     const base = { 'x-shopify-topic': 'orders/create', 'x-shopify-webhook-id': 'w1' };
-    expect((await run(pipeline, head({ headers: { ...base, 'x-shopify-hmac-sha256': b64 } }), body)).status).toBe(202);
-    expect((await run(pipeline, head({ headers: { ...base, 'x-shopify-hmac-sha256': hex } }), body)).status).toBe(401);
-    expect((await run(pipeline, head({ headers: { 'x-shopify-webhook-id': 'w1', 'x-shopify-hmac-sha256': b64 } }), body)).status).toBe(400);
+    expect(
+      (await run(pipeline, head({ headers: { ...base, 'x-shopify-hmac-sha256': b64 } }), body)).status,
+    ).toBe(202);
+    expect(
+      (await run(pipeline, head({ headers: { ...base, 'x-shopify-hmac-sha256': hex } }), body)).status,
+    ).toBe(401);
+    expect(
+      (
+        await run(
+          pipeline,
+          head({ headers: { 'x-shopify-webhook-id': 'w1', 'x-shopify-hmac-sha256': b64 } }),
+          body,
+        )
+      ).status,
+    ).toBe(400);
   });
 });
 
@@ -251,12 +335,26 @@ describe('createIngestServer', () => {
 });
 
 describe('createSourceCache', () => {
-  const src = (id: string): Source => ({ id, tenantId: 't', kind: 'github', secret: 's', maxBodyBytes: 10, createdAt: '' });
+  const src = (id: string): Source => ({
+    id,
+    tenantId: 't',
+    kind: 'github',
+    secret: 's',
+    maxBodyBytes: 10,
+    createdAt: '',
+  });
 
   it('stays bounded under a flood of unknown ids, and shares one load between concurrent lookups', async () => {
     const { createSourceCache } = await import('@spillway/ingest');
     let loads = 0;
-    const cache = createSourceCache({ load: async (id) => (loads++, id === 'real' ? src(id) : undefined), maxEntries: 100, ttlMs: 60_000 });
+    const cache = createSourceCache({
+      load: async (id) => {
+        loads++;
+        return id === 'real' ? src(id) : undefined;
+      },
+      maxEntries: 100,
+      ttlMs: 60_000,
+    });
     for (let i = 0; i < 5000; i++) expect(await cache.get(`junk-${i}`)).toBeUndefined();
     expect(cache.size).toBe(100);
     loads = 0;

@@ -4,8 +4,8 @@
  */
 import { connect, type Socket } from 'node:net';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { BodySink, IngestHandler, IngestResponse, RequestHead } from '../src/server.ts';
 import { createUringServer, probeUring, type UringIngestServer } from '../src/backends/uring.ts';
+import type { BodySink, IngestHandler, IngestResponse, RequestHead } from '../src/server.ts';
 
 const probe = probeUring();
 
@@ -33,7 +33,14 @@ function recordingHandler(opts: HandlerOpts = {}) {
       seen.push(rec);
       const ms = opts.delay?.(head) ?? 0;
       if (ms) await new Promise((r) => setTimeout(r, ms));
-      if (opts.postOnly && head.method !== 'POST') return { reject: { status: 405, headers: { allow: 'POST' }, body: { error: { code: 'method_not_allowed' } } } };
+      if (opts.postOnly && head.method !== 'POST')
+        return {
+          reject: {
+            status: 405,
+            headers: { allow: 'POST' },
+            body: { error: { code: 'method_not_allowed' } },
+          },
+        };
       const sink: BodySink = {
         maxBodyBytes: opts.sinkCap ?? 1 << 20,
         write(chunk) {
@@ -43,7 +50,11 @@ function recordingHandler(opts: HandlerOpts = {}) {
           if (opts.hang?.(head)) return new Promise<IngestResponse>(() => undefined);
           rec.ended = true;
           const body = Buffer.concat(rec.body);
-          return { status: 202, headers: { 'x-url': head.url }, body: { url: head.url, bytes: body.length, text: body.toString('latin1') } };
+          return {
+            status: 202,
+            headers: { 'x-url': head.url },
+            body: { url: head.url, bytes: body.length, text: body.toString('latin1') },
+          };
         },
         abort(reason) {
           rec.aborted = reason;
@@ -84,7 +95,11 @@ function parseResponses(data: Buffer): Parsed[] {
 }
 
 /** Writes bytes (each element a separate write), reads until the server closes or goes quiet. */
-async function exchange(port: number, writes: (string | Buffer)[], quietMs = 1500): Promise<{ data: Buffer; closed: boolean; sock: Socket }> {
+async function exchange(
+  port: number,
+  writes: (string | Buffer)[],
+  quietMs = 1500,
+): Promise<{ data: Buffer; closed: boolean; sock: Socket }> {
   const sock = connect(port, '127.0.0.1');
   sock.setNoDelay(true);
   const chunks: Buffer[] = [];
@@ -137,7 +152,9 @@ function readResponses(sock: Socket, n: number): Promise<Parsed[]> {
       }
     };
     sock.on('data', onData);
-    sock.once('close', () => reject(new Error(`closed after ${parseResponses(buf).length} of ${n} responses`)));
+    sock.once('close', () =>
+      reject(new Error(`closed after ${parseResponses(buf).length} of ${n} responses`)),
+    );
   });
 }
 
@@ -148,7 +165,9 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
 
-async function start(opts: HandlerOpts & { maxBodyBytes?: number | null; maxHeaders?: number; answerTimeoutMs?: number } = {}) {
+async function start(
+  opts: HandlerOpts & { maxBodyBytes?: number | null; maxHeaders?: number; answerTimeoutMs?: number } = {},
+) {
   const { handler, seen } = recordingHandler(opts);
   const server = createUringServer({
     handler,
@@ -168,10 +187,26 @@ async function start(opts: HandlerOpts & { maxBodyBytes?: number | null; maxHead
 const H = 'Host: test\r\n';
 const many = (n: number) => Array.from({ length: n }, (_, i) => `X-H${i}: v\r\n`).join('');
 const MALFORMED: [name: string, raw: string, status: number][] = [
-  ['Content-Length with Transfer-Encoding', `POST /a HTTP/1.1\r\n${H}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
-  ['Transfer-Encoding then Content-Length', `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n`, 400],
-  ['duplicate Content-Length, same value', `POST /a HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello`, 400],
-  ['duplicate Content-Length, different values', `POST /a HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!`, 400],
+  [
+    'Content-Length with Transfer-Encoding',
+    `POST /a HTTP/1.1\r\n${H}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+    400,
+  ],
+  [
+    'Transfer-Encoding then Content-Length',
+    `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n`,
+    400,
+  ],
+  [
+    'duplicate Content-Length, same value',
+    `POST /a HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello`,
+    400,
+  ],
+  [
+    'duplicate Content-Length, different values',
+    `POST /a HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!`,
+    400,
+  ],
   ['Content-Length list', `POST /a HTTP/1.1\r\n${H}Content-Length: 5, 5\r\n\r\nhello`, 400],
   ['Content-Length with plus sign', `POST /a HTTP/1.1\r\n${H}Content-Length: +5\r\n\r\nhello`, 400],
   ['negative Content-Length', `POST /a HTTP/1.1\r\n${H}Content-Length: -1\r\n\r\n`, 400],
@@ -180,15 +215,31 @@ const MALFORMED: [name: string, raw: string, status: number][] = [
   ['empty Content-Length', `POST /a HTTP/1.1\r\n${H}Content-Length:\r\n\r\n`, 400],
   ['Content-Length overflow', `POST /a HTTP/1.1\r\n${H}Content-Length: 99999999999999999999\r\n\r\n`, 400],
   ['Transfer-Encoding gzip', `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: gzip\r\n\r\n`, 400],
-  ['Transfer-Encoding not ending in chunked', `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n`, 400],
+  [
+    'Transfer-Encoding not ending in chunked',
+    `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n`,
+    400,
+  ],
   ['Transfer-Encoding misspelt', `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n`, 400],
-  ['duplicate Transfer-Encoding', `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
+  [
+    'duplicate Transfer-Encoding',
+    `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+    400,
+  ],
   ['Transfer-Encoding in HTTP/1.0', `POST /a HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
-  ['Transfer-Encoding with an unsupported coding before chunked', `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n`, 501],
+  [
+    'Transfer-Encoding with an unsupported coding before chunked',
+    `POST /a HTTP/1.1\r\n${H}Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n`,
+    501,
+  ],
   ['bare LF line endings', `POST /a HTTP/1.1\n${H}Content-Length: 0\n\n`, 400],
   ['bare LF inside headers', `POST /a HTTP/1.1\r\n${H}Content-Length: 0\nX: y\r\n\r\n`, 400],
   ['bare CR in a header value', `POST /a HTTP/1.1\r\n${H}X: a\rb\r\nContent-Length: 0\r\n\r\n`, 400],
-  ['obs-fold continuation line', `POST /a HTTP/1.1\r\n${H}X-Long: a\r\n  b\r\nContent-Length: 0\r\n\r\n`, 400],
+  [
+    'obs-fold continuation line',
+    `POST /a HTTP/1.1\r\n${H}X-Long: a\r\n  b\r\nContent-Length: 0\r\n\r\n`,
+    400,
+  ],
   ['whitespace before the colon', `POST /a HTTP/1.1\r\n${H}Content-Length : 5\r\n\r\nhello`, 400],
   ['space inside a field name', `POST /a HTTP/1.1\r\n${H}Bad Name: x\r\nContent-Length: 0\r\n\r\n`, 400],
   ['NUL in a field value', `POST /a HTTP/1.1\r\n${H}X: a\0b\r\nContent-Length: 0\r\n\r\n`, 400],
@@ -203,7 +254,11 @@ const MALFORMED: [name: string, raw: string, status: number][] = [
   ['lowercase protocol name', `POST /a http/1.1\r\n${H}Content-Length: 0\r\n\r\n`, 400],
   ['HTTP/2.0 request line', `POST /a HTTP/2.0\r\n${H}Content-Length: 0\r\n\r\n`, 505],
   ['too many header fields', `POST /a HTTP/1.1\r\n${H}${many(70)}Content-Length: 0\r\n\r\n`, 431],
-  ['head larger than the limit', `POST /a HTTP/1.1\r\n${H}X-Big: ${'a'.repeat(20_000)}\r\nContent-Length: 0\r\n\r\n`, 431],
+  [
+    'head larger than the limit',
+    `POST /a HTTP/1.1\r\n${H}X-Big: ${'a'.repeat(20_000)}\r\nContent-Length: 0\r\n\r\n`,
+    431,
+  ],
   ['asterisk-form target', `OPTIONS * HTTP/1.1\r\n${H}\r\n`, 400],
   ['authority-form target', `CONNECT test:443 HTTP/1.1\r\n${H}\r\n`, 400],
   ['Content-Length over the global cap', `POST /a HTTP/1.1\r\n${H}Content-Length: 1001\r\n\r\n`, 413],
@@ -214,17 +269,20 @@ describe.skipIf(!probe.ok)('uring backend: malformed and smuggling-shaped reques
     expect(MALFORMED.length).toBeGreaterThanOrEqual(25);
   });
 
-  it.each(MALFORMED.map(([name, raw, status]) => ({ name, raw, status })))('$name → $status, closed, handler never called', async ({ raw, status }) => {
-    const { port, seen } = await start();
-    const { data, closed } = await exchange(port, [raw]);
-    const res = parseResponses(data);
-    expect(res.map((r) => r.status)).toEqual([status]);
-    expect(res[0]!.headers['connection']).toBe('close');
-    expect(res[0]!.headers['content-type']).toBe('application/json');
-    expect(JSON.parse(res[0]!.body)).toMatchObject({ error: { code: expect.any(String) } });
-    expect(closed).toBe(true);
-    expect(seen).toEqual([]);
-  });
+  it.each(MALFORMED.map(([name, raw, status]) => ({ name, raw, status })))(
+    '$name → $status, closed, handler never called',
+    async ({ raw, status }) => {
+      const { port, seen } = await start();
+      const { data, closed } = await exchange(port, [raw]);
+      const res = parseResponses(data);
+      expect(res.map((r) => r.status)).toEqual([status]);
+      expect(res[0]!.headers.connection).toBe('close');
+      expect(res[0]!.headers['content-type']).toBe('application/json');
+      expect(JSON.parse(res[0]!.body)).toMatchObject({ error: { code: expect.any(String) } });
+      expect(closed).toBe(true);
+      expect(seen).toEqual([]);
+    },
+  );
 
   it('a smuggled second request after a refused one is never parsed', async () => {
     const { port, seen } = await start();
@@ -241,7 +299,9 @@ describe.skipIf(!probe.ok)('uring backend: malformed and smuggling-shaped reques
     ['chunk size with too many digits', '00000000000000005\r\nhello\r\n0\r\n\r\n'],
   ])('bad chunked framing (%s) → 400, sink aborted, never ended', async (_name, body) => {
     const { port, seen } = await start();
-    const { data, closed } = await exchange(port, [`POST /c HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n${body}`]);
+    const { data, closed } = await exchange(port, [
+      `POST /c HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n${body}`,
+    ]);
     expect(parseResponses(data).map((r) => r.status)).toEqual([400]);
     expect(closed).toBe(true);
     expect(seen.length).toBe(1);
@@ -251,12 +311,14 @@ describe.skipIf(!probe.ok)('uring backend: malformed and smuggling-shaped reques
 
   it('accepts a well-formed request on the same server afterwards (control)', async () => {
     const { port, seen } = await start();
-    const { data } = await exchange(port, [`POST /ok HTTP/1.1\r\n${H}Content-Length: 5\r\nConnection: close\r\n\r\nhello`]);
+    const { data } = await exchange(port, [
+      `POST /ok HTTP/1.1\r\n${H}Content-Length: 5\r\nConnection: close\r\n\r\nhello`,
+    ]);
     const [r] = parseResponses(data);
     expect(r!.status).toBe(202);
     expect(JSON.parse(r!.body)).toEqual({ url: '/ok', bytes: 5, text: 'hello' });
     expect(seen.map((s) => s.head.url)).toEqual(['/ok']);
-    expect(seen[0]!.head.headers['host']).toBe('test');
+    expect(seen[0]!.head.headers.host).toBe('test');
     expect(seen[0]!.head.contentLength).toBe(5);
     expect(seen[0]!.head.remoteAddress).toBe('127.0.0.1');
   });
@@ -285,7 +347,7 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
       { url: '/4?q=1', bytes: 4, text: 'four' },
     ]);
     expect(res.map((r) => r.headers['x-url'])).toEqual(['/1', '/2', '/3', '/4?q=1']);
-    expect(res.every((r) => r.headers['connection'] === undefined)).toBe(true);
+    expect(res.every((r) => r.headers.connection === undefined)).toBe(true);
     expect(seen[1]!.head.contentLength).toBeUndefined();
 
     // Same connection, a request split byte by byte across writes.
@@ -298,7 +360,9 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
   it('a refused request in a pipeline closes the connection after the earlier answers', async () => {
     const { port, seen } = await start();
     const { data, closed } = await exchange(port, [
-      `POST /1 HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\na` + `POST /2 HTTP/1.1\r\n${H}Content-Length: 1\r\nContent-Length: 1\r\n\r\nb` + `POST /3 HTTP/1.1\r\n${H}Content-Length: 0\r\n\r\n`,
+      `POST /1 HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\na` +
+        `POST /2 HTTP/1.1\r\n${H}Content-Length: 1\r\nContent-Length: 1\r\n\r\nb` +
+        `POST /3 HTTP/1.1\r\n${H}Content-Length: 0\r\n\r\n`,
     ]);
     expect(parseResponses(data).map((r) => r.status)).toEqual([202, 400]);
     expect(closed).toBe(true);
@@ -312,8 +376,19 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
     await new Promise<void>((r) => sock.once('connect', () => r()));
     const chunks: Buffer[] = [];
     sock.on('data', (d) => chunks.push(d));
-    sock.write(`GET /a HTTP/1.1\r\n${H}\r\nPOST /b HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nbHEAD /c HTTP/1.1\r\n${H}\r\nPOST /d HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nd`);
-    await expect.poll(() => (Buffer.concat(chunks).toString('latin1').match(/HTTP\/1\.1 /g) ?? []).length).toBe(4);
+    sock.write(
+      `GET /a HTTP/1.1\r\n${H}\r\nPOST /b HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nbHEAD /c HTTP/1.1\r\n${H}\r\nPOST /d HTTP/1.1\r\n${H}Content-Length: 1\r\n\r\nd`,
+    );
+    await expect
+      .poll(
+        () =>
+          (
+            Buffer.concat(chunks)
+              .toString('latin1')
+              .match(/HTTP\/1\.1 /g) ?? []
+          ).length,
+      )
+      .toBe(4);
     await new Promise((r) => setTimeout(r, 50));
     const text = Buffer.concat(chunks).toString('latin1');
     // The HEAD answer announces the 405 body's length but carries no body: the next answer follows at once.
@@ -325,22 +400,32 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
     expect(parts[2]).toMatch(/content-length: [1-9]\d*\r\n/);
     expect(parts[0]).toMatch(/\r\nallow: POST\r\n/);
     expect(parts.some((p) => /connection: close/i.test(p))).toBe(false);
-    expect(seen.map((r) => `${r.head.method} ${r.head.url}`)).toEqual(['GET /a', 'POST /b', 'HEAD /c', 'POST /d']);
+    expect(seen.map((r) => `${r.head.method} ${r.head.url}`)).toEqual([
+      'GET /a',
+      'POST /b',
+      'HEAD /c',
+      'POST /d',
+    ]);
     expect(sock.destroyed).toBe(false);
   });
 
-  it('another method with a body is the handler\'s to refuse; refused before the body, the connection closes', async () => {
+  it("another method with a body is the handler's to refuse; refused before the body, the connection closes", async () => {
     const { port, seen } = await start({ postOnly: true, delay: () => 30 });
-    const { data, closed } = await exchange(port, [`DELETE /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`, '5\r\nhello\r\n']);
-    expect(parseResponses(data).map((r) => [r.status, r.headers['connection']])).toEqual([[405, 'close']]);
+    const { data, closed } = await exchange(port, [
+      `DELETE /a HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`,
+      '5\r\nhello\r\n',
+    ]);
+    expect(parseResponses(data).map((r) => [r.status, r.headers.connection])).toEqual([[405, 'close']]);
     expect(closed).toBe(true);
     expect(seen.map((r) => r.head.method)).toEqual(['DELETE']);
   });
 
   it('honours Connection: close and HTTP/1.0 without keep-alive', async () => {
     const { port } = await start();
-    const a = await exchange(port, [`POST /a HTTP/1.1\r\n${H}Connection: close\r\nContent-Length: 0\r\n\r\n`]);
-    expect(parseResponses(a.data).map((r) => [r.status, r.headers['connection']])).toEqual([[202, 'close']]);
+    const a = await exchange(port, [
+      `POST /a HTTP/1.1\r\n${H}Connection: close\r\nContent-Length: 0\r\n\r\n`,
+    ]);
+    expect(parseResponses(a.data).map((r) => [r.status, r.headers.connection])).toEqual([[202, 'close']]);
     expect(a.closed).toBe(true);
     const b = await exchange(port, [`POST /b HTTP/1.0\r\nContent-Length: 0\r\n\r\n`]);
     expect(parseResponses(b.data).map((r) => r.status)).toEqual([202]);
@@ -365,7 +450,9 @@ describe.skipIf(!probe.ok)('uring backend: keep-alive and pipelining', () => {
 describe.skipIf(!probe.ok)('uring backend: body caps', () => {
   it('Content-Length over the global cap → 413 and close even with the body already sent; handler never called', async () => {
     const { port, seen } = await start({ maxBodyBytes: 1000 });
-    const { data, closed } = await exchange(port, [`POST /big HTTP/1.1\r\n${H}Content-Length: 5000\r\n\r\n${'x'.repeat(5000)}`]);
+    const { data, closed } = await exchange(port, [
+      `POST /big HTTP/1.1\r\n${H}Content-Length: 5000\r\n\r\n${'x'.repeat(5000)}`,
+    ]);
     expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
     expect(closed).toBe(true);
     expect(seen).toEqual([]);
@@ -373,7 +460,9 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
 
   it('exactly at the cap is accepted', async () => {
     const { port } = await start({ maxBodyBytes: 1000 });
-    const { data } = await exchange(port, [`POST /max HTTP/1.1\r\n${H}Content-Length: 1000\r\nConnection: close\r\n\r\n${'y'.repeat(1000)}`]);
+    const { data } = await exchange(port, [
+      `POST /max HTTP/1.1\r\n${H}Content-Length: 1000\r\nConnection: close\r\n\r\n${'y'.repeat(1000)}`,
+    ]);
     const [r] = parseResponses(data);
     expect(r!.status).toBe(202);
     expect(JSON.parse(r!.body).bytes).toBe(1000);
@@ -382,7 +471,13 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
   it('a chunked body growing past the cap → 413 and close; the sink is aborted and never ended', async () => {
     const { port, seen } = await start({ maxBodyBytes: 1000 });
     const chunk = `200\r\n${'z'.repeat(0x200)}\r\n`;
-    const { data, closed } = await exchange(port, [`POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`, chunk, chunk, chunk, '0\r\n\r\n']);
+    const { data, closed } = await exchange(port, [
+      `POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`,
+      chunk,
+      chunk,
+      chunk,
+      '0\r\n\r\n',
+    ]);
     expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
     expect(closed).toBe(true);
     await expect.poll(() => seen[0]?.aborted).toBeTruthy();
@@ -393,13 +488,19 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
   it('route table caps are enforced natively before the handler', async () => {
     const { server, port, seen } = await start({ maxBodyBytes: 1000 });
     server.setRoutes({ '/ingest/small': 10 });
-    const over = await exchange(port, [`POST /ingest/small?x=1 HTTP/1.1\r\n${H}Content-Length: 11\r\n\r\n${'a'.repeat(11)}`]);
+    const over = await exchange(port, [
+      `POST /ingest/small?x=1 HTTP/1.1\r\n${H}Content-Length: 11\r\n\r\n${'a'.repeat(11)}`,
+    ]);
     expect(parseResponses(over.data).map((r) => r.status)).toEqual([413]);
     expect(over.closed).toBe(true);
     expect(seen).toEqual([]);
-    const ok = await exchange(port, [`POST /ingest/small HTTP/1.1\r\n${H}Content-Length: 10\r\nConnection: close\r\n\r\n${'a'.repeat(10)}`]);
+    const ok = await exchange(port, [
+      `POST /ingest/small HTTP/1.1\r\n${H}Content-Length: 10\r\nConnection: close\r\n\r\n${'a'.repeat(10)}`,
+    ]);
     expect(parseResponses(ok.data).map((r) => r.status)).toEqual([202]);
-    const other = await exchange(port, [`POST /ingest/other HTTP/1.1\r\n${H}Content-Length: 500\r\nConnection: close\r\n\r\n${'a'.repeat(500)}`]);
+    const other = await exchange(port, [
+      `POST /ingest/other HTTP/1.1\r\n${H}Content-Length: 500\r\nConnection: close\r\n\r\n${'a'.repeat(500)}`,
+    ]);
     expect(parseResponses(other.data).map((r) => r.status)).toEqual([202]);
     expect(seen.map((s) => s.head.url)).toEqual(['/ingest/small', '/ingest/other']);
   });
@@ -417,7 +518,10 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
 
   it("the sink's own smaller cap → 413 and close, body never ended", async () => {
     const { port, seen } = await start({ maxBodyBytes: 1000, sinkCap: 100 });
-    const { data, closed } = await exchange(port, [`POST /s HTTP/1.1\r\n${H}Content-Length: 200\r\n\r\n`, 'b'.repeat(200)]);
+    const { data, closed } = await exchange(port, [
+      `POST /s HTTP/1.1\r\n${H}Content-Length: 200\r\n\r\n`,
+      'b'.repeat(200),
+    ]);
     expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
     expect(closed).toBe(true);
     expect(seen.length).toBe(1);
@@ -431,7 +535,12 @@ describe.skipIf(!probe.ok)('uring backend: bodies before and after the handler a
   it('a body far past the pre-accept window, sent while the handler decides, is delivered whole once accepted', async () => {
     const { port, seen } = await start({ maxBodyBytes: null, delay: () => 100 });
     const body = Buffer.alloc(300_000, 0x71);
-    const { data } = await exchange(port, [Buffer.concat([Buffer.from(`POST /big HTTP/1.1\r\n${H}Content-Length: ${body.length}\r\nConnection: close\r\n\r\n`), body])]);
+    const { data } = await exchange(port, [
+      Buffer.concat([
+        Buffer.from(`POST /big HTTP/1.1\r\n${H}Content-Length: ${body.length}\r\nConnection: close\r\n\r\n`),
+        body,
+      ]),
+    ]);
     const [r] = parseResponses(data);
     expect(r!.status).toBe(202);
     expect(JSON.parse(r!.body).bytes).toBe(300_000);
@@ -441,8 +550,10 @@ describe.skipIf(!probe.ok)('uring backend: bodies before and after the handler a
   it('the same, chunked and refused by the handler: 405 + close, nothing handed to a sink', async () => {
     const { port, seen } = await start({ maxBodyBytes: null, postOnly: true, delay: () => 100 });
     const chunk = `8000\r\n${'c'.repeat(0x8000)}\r\n`;
-    const { data, closed } = await exchange(port, [`PUT /x HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n${chunk.repeat(8)}0\r\n\r\n`]);
-    expect(parseResponses(data).map((r) => [r.status, r.headers['connection']])).toEqual([[405, 'close']]);
+    const { data, closed } = await exchange(port, [
+      `PUT /x HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n${chunk.repeat(8)}0\r\n\r\n`,
+    ]);
+    expect(parseResponses(data).map((r) => [r.status, r.headers.connection])).toEqual([[405, 'close']]);
     expect(closed).toBe(true);
     expect(seen.map((r) => r.body.length)).toEqual([0]);
   });
@@ -450,7 +561,13 @@ describe.skipIf(!probe.ok)('uring backend: bodies before and after the handler a
   it("with no global cap, the accepted sink's cap is enforced natively for a chunked body: 413 + close, sink aborted", async () => {
     const { port, seen } = await start({ maxBodyBytes: null, sinkCap: 1000 });
     const chunk = `200\r\n${'z'.repeat(0x200)}\r\n`;
-    const { data, closed } = await exchange(port, [`POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`, chunk, chunk, chunk, '0\r\n\r\n']);
+    const { data, closed } = await exchange(port, [
+      `POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`,
+      chunk,
+      chunk,
+      chunk,
+      '0\r\n\r\n',
+    ]);
     expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
     expect(closed).toBe(true);
     await expect.poll(() => seen[0]?.aborted).toBeTruthy();
@@ -463,22 +580,36 @@ describe.skipIf(!probe.ok)('uring backend: answer deadline', () => {
   it('a complete request the handler never answers gets 503 + Retry-After and close after answerTimeoutMs; its sink is aborted', async () => {
     const { port, seen } = await start({ answerTimeoutMs: 300, hang: (h) => h.url === '/hang' });
     const t0 = Date.now();
-    const { data, closed } = await exchange(port, [`POST /hang HTTP/1.1\r\n${H}Content-Length: 2\r\n\r\nhi`], 3000);
+    const { data, closed } = await exchange(
+      port,
+      [`POST /hang HTTP/1.1\r\n${H}Content-Length: 2\r\n\r\nhi`],
+      3000,
+    );
     const waited = Date.now() - t0;
     const res = parseResponses(data);
-    expect(res.map((r) => [r.status, r.headers['retry-after'], r.headers['connection']])).toEqual([[503, '1', 'close']]);
+    expect(res.map((r) => [r.status, r.headers['retry-after'], r.headers.connection])).toEqual([
+      [503, '1', 'close'],
+    ]);
     expect(JSON.parse(res[0]!.body)).toMatchObject({ error: { code: 'unavailable' } });
     expect(closed).toBe(true);
     // Not before the deadline: the answer had its full time.
     expect(waited).toBeGreaterThanOrEqual(300);
     await expect.poll(() => seen[0]?.aborted).toBeTruthy();
     // Requests that are answered are untouched by it, on the same server.
-    const ok = await exchange(port, [`POST /ok HTTP/1.1\r\n${H}Content-Length: 0\r\nConnection: close\r\n\r\n`]);
+    const ok = await exchange(port, [
+      `POST /ok HTTP/1.1\r\n${H}Content-Length: 0\r\nConnection: close\r\n\r\n`,
+    ]);
     expect(parseResponses(ok.data).map((r) => r.status)).toEqual([202]);
   });
 
   it('a handler that never decides on a body-less request is cut off the same way', async () => {
-    const server = createUringServer({ handler: { begin: () => new Promise(() => undefined) }, host: '127.0.0.1', port: 0, answerTimeoutMs: 200, closeGraceMs: 100 });
+    const server = createUringServer({
+      handler: { begin: () => new Promise(() => undefined) },
+      host: '127.0.0.1',
+      port: 0,
+      answerTimeoutMs: 200,
+      closeGraceMs: 100,
+    });
     servers.push(server);
     const { port } = await server.listen();
     const { data, closed } = await exchange(port, [`GET /x HTTP/1.1\r\n${H}\r\n`], 3000);
@@ -505,7 +636,9 @@ describe.skipIf(!probe.ok)('uring backend: graceful close', () => {
     expect(Date.now() - t0).toBeLessThan(2000);
     await idleClosed;
     const slow = await inflight;
-    expect(parseResponses(slow.data).map((r) => [r.status, JSON.parse(r.body).url])).toEqual([[202, '/slow']]);
+    expect(parseResponses(slow.data).map((r) => [r.status, JSON.parse(r.body).url])).toEqual([
+      [202, '/slow'],
+    ]);
     expect(slow.closed).toBe(true);
     const refused = await new Promise<string>((resolve) => {
       const s = connect(port, '127.0.0.1');
@@ -519,7 +652,13 @@ describe.skipIf(!probe.ok)('uring backend: graceful close', () => {
 describe.skipIf(!probe.ok)('uring backend: SO_REUSEPORT', () => {
   it('two servers share one port when reusePort is set, and not otherwise', async () => {
     const mk = (reusePort: boolean, port: number) =>
-      createUringServer({ handler: recordingHandler().handler, host: '127.0.0.1', port, reusePort, closeGraceMs: 100 });
+      createUringServer({
+        handler: recordingHandler().handler,
+        host: '127.0.0.1',
+        port,
+        reusePort,
+        closeGraceMs: 100,
+      });
     const a = mk(true, 0);
     servers.push(a);
     const { port } = await a.listen();

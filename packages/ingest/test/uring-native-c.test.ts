@@ -9,6 +9,9 @@ const hasCc = spawnSync('cc', ['--version']).status === 0;
 describe.skipIf(!hasCc)('uring native core: C unit tests', () => {
   it('parser unit tests pass under sanitizers', () => {
     const r = spawnSync('bash', [script], { encoding: 'utf8' });
-    expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toMatchObject({ status: 0, stdout: expect.stringMatching(/parser unit tests: \d+ checks, 0 failures/) });
+    expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toMatchObject({
+      status: 0,
+      stdout: expect.stringMatching(/parser unit tests: \d+ checks, 0 failures/),
+    });
   });
 });

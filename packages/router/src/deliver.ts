@@ -1,4 +1,4 @@
-import { type AttemptOutcome, type DispatchOptions, Dispatcher, nextRetryDelay } from '@spillway/delivery';
+import { type AttemptOutcome, Dispatcher, type DispatchOptions, nextRetryDelay } from '@spillway/delivery';
 import type { Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
 import type { DeliveryTask } from './fanout.ts';
 
@@ -12,11 +12,20 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
  */
 export interface DeliveryPort {
   /** `opts.signal` withdraws the task while it still waits for tokens or a slot (→ `withdrawn`). */
-  dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint, opts?: DispatchOptions): Promise<AttemptOutcome>;
+  dispatch(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    opts?: DispatchOptions,
+  ): Promise<AttemptOutcome>;
   /** Requests open for the tenant on this worker now. */
   inFlight(tenantId: string): number;
   /** Delay before the next attempt, or undefined when the schedule is exhausted (→ DLQ). */
-  nextRetryDelay(scheduleMs: readonly number[], attemptsMade: number, retryAfterMs?: number): number | undefined;
+  nextRetryDelay(
+    scheduleMs: readonly number[],
+    attemptsMade: number,
+    retryAfterMs?: number,
+  ): number | undefined;
   breakerState(tenantId: string, endpointId: string): BreakerState;
   close(): Promise<void>;
 }
@@ -30,11 +39,17 @@ export interface DeliveryPortOptions {
 
 /** The real delivery: @spillway/delivery's Dispatcher (rate, per-tenant concurrency, breakers, SSRF, signing, timeouts). */
 export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<DeliveryPort> {
-  const d = new Dispatcher({ redis: opts.redis, keys: opts.keys, logger: opts.logger, allowCidrs: [...opts.targetAllowCidrs] });
+  const d = new Dispatcher({
+    redis: opts.redis,
+    keys: opts.keys,
+    logger: opts.logger,
+    allowCidrs: [...opts.targetAllowCidrs],
+  });
   return {
     dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),
     inFlight: (tid) => d.inFlight(tid),
-    nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) => nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),
+    nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) =>
+      nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),
     breakerState: (tid, eid) => d.breakerState(tid, eid),
     close: () => d.close(),
   };

@@ -1,10 +1,10 @@
 import type { DeliveryRecord, Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
-import { Credits } from './credits.ts';
 import type { TenantCounters as SharedCounters } from './counters.ts';
+import { Credits } from './credits.ts';
 import type { DeliveryPort } from './deliver.ts';
 import type { DeliveryTask } from './fanout.ts';
-import { pushDlq, type RecordWriter } from './records.ts';
 import { addGaugeSource, dlqWritesTotal } from './metrics.ts';
+import { pushDlq, type RecordWriter } from './records.ts';
 import type { RetryScheduler } from './retry.ts';
 import type { SpillProducer } from './spill/producer.ts';
 import type { ConfigCache, ConfigStore } from './store.ts';
@@ -164,7 +164,8 @@ export class Engine {
    */
   async hold(tasks: readonly DeliveryTask[]): Promise<void> {
     const tids = new Set(tasks.map((t) => t.tenantId));
-    for (const tid of tids) if (!this.#views.has(tid) || Date.now() - this.#views.get(tid)!.at > REFRESH_MS) await this.view(tid);
+    for (const tid of tids)
+      if (!this.#views.has(tid) || Date.now() - this.#views.get(tid)!.at > REFRESH_MS) await this.view(tid);
     await Promise.all(
       tasks.map((task) => {
         const a = this.tryAdmit(task);
@@ -184,7 +185,10 @@ export class Engine {
     if (!v) return 'blocked';
     const ep = v.endpoints.get(task.endpointId);
     if (!v.tenant || !ep || ep.status === 'disabled') {
-      this.#d.logger.debug({ tid: task.tenantId, eid: task.endpointId }, 'dropping task of a deleted tenant/endpoint');
+      this.#d.logger.debug(
+        { tid: task.tenantId, eid: task.endpointId },
+        'dropping task of a deleted tenant/endpoint',
+      );
       return 'drop';
     }
     if (this.#blocked(v, ep)) return 'blocked';
@@ -192,7 +196,10 @@ export class Engine {
     return new Promise<void>((done) => {
       const held: Held = { task, done, withdraw: new AbortController() };
       let set = this.#held.get(task.tenantId);
-      if (!set) this.#held.set(task.tenantId, (set = new Set()));
+      if (!set) {
+        set = new Set();
+        this.#held.set(task.tenantId, set);
+      }
       set.add(held);
       // Straight to delivery: it waits for rate tokens holding no slot, then for one of the
       // tenant's concurrency slots; a pause withdraws it from either wait (#withdrawBlocked).
@@ -282,7 +289,9 @@ export class Engine {
     }
     rec.lastError = outcome.error;
     const delay =
-      outcome.kind === 'retry' ? this.#d.delivery.nextRetryDelay(this.#d.retryScheduleMs, task.attempt, outcome.retryAfterMs) : undefined;
+      outcome.kind === 'retry'
+        ? this.#d.delivery.nextRetryDelay(this.#d.retryScheduleMs, task.attempt, outcome.retryAfterMs)
+        : undefined;
     if (delay !== undefined) {
       rec.status = 'retrying';
       await this.#d.retries.schedule({ ...task, attempt: task.attempt + 1 }, delay);
@@ -294,9 +303,14 @@ export class Engine {
     }
     rec.status = 'failed';
     if (outcome.kind === 'fail' && outcome.error === 'gone' && this.#d.disableEndpoint) {
-      await this.#d.disableEndpoint(task.tenantId, task.endpointId, 'gone').catch((err) =>
-        this.#d.logger.warn({ err: (err as Error).message, tid: task.tenantId, eid: task.endpointId }, 'could not disable a gone endpoint'),
-      );
+      await this.#d
+        .disableEndpoint(task.tenantId, task.endpointId, 'gone')
+        .catch((err) =>
+          this.#d.logger.warn(
+            { err: (err as Error).message, tid: task.tenantId, eid: task.endpointId },
+            'could not disable a gone endpoint',
+          ),
+        );
     }
     await this.#deadLetter(task, outcome.error);
     this.#d.records.attempt(task, rec);
@@ -307,7 +321,13 @@ export class Engine {
   }
 
   async #deadLetter(task: DeliveryTask, lastError: string): Promise<void> {
-    const entry = { eventId: task.eventId, endpointId: task.endpointId, attempts: task.attempt, lastError, failedAt: new Date().toISOString() };
+    const entry = {
+      eventId: task.eventId,
+      endpointId: task.endpointId,
+      attempts: task.attempt,
+      lastError,
+      failedAt: new Date().toISOString(),
+    };
     for (let attempt = 0; ; attempt++) {
       try {
         await pushDlq(this.#d.redis, this.#d.keys, task, entry);
@@ -329,12 +349,17 @@ export class Engine {
    */
   snapshot(): Record<string, WorkerTenantStats> {
     const out: Record<string, WorkerTenantStats> = {};
-    const tids = new Set([...this.#counters.keys(), ...this.#held.keys(), ...this.credits.entries().map(([t]) => t)]);
+    const tids = new Set([
+      ...this.#counters.keys(),
+      ...this.#held.keys(),
+      ...this.credits.entries().map(([t]) => t),
+    ]);
     for (const tid of tids) {
       const c = this.#counter(tid);
       const inFlight = this.#d.delivery.inFlight(tid);
       const endpoints: WorkerTenantStats['endpoints'] = {};
-      for (const [eid, n] of Object.entries(c.endpoints)) endpoints[eid] = { ...n, breaker: this.#d.delivery.breakerState(tid, eid) };
+      for (const [eid, n] of Object.entries(c.endpoints))
+        endpoints[eid] = { ...n, breaker: this.#d.delivery.breakerState(tid, eid) };
       out[tid] = {
         queued: Math.max(0, (this.#held.get(tid)?.size ?? 0) - inFlight),
         inFlight,

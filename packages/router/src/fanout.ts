@@ -27,13 +27,27 @@ export interface WireTask {
 }
 
 export function eventToWire(ev: SpillwayEvent): WireEvent {
-  const w: WireEvent = { t: ev.tenantId, i: ev.id, y: ev.type, r: ev.receivedAt, c: ev.contentType, b: ev.body.toString('base64') };
+  const w: WireEvent = {
+    t: ev.tenantId,
+    i: ev.id,
+    y: ev.type,
+    r: ev.receivedAt,
+    c: ev.contentType,
+    b: ev.body.toString('base64'),
+  };
   if (ev.sourceId !== undefined) w.s = ev.sourceId;
   return w;
 }
 
 export function eventFromWire(w: WireEvent): SpillwayEvent {
-  const ev: SpillwayEvent = { tenantId: w.t, id: w.i, type: w.y, receivedAt: w.r, contentType: w.c, body: Buffer.from(w.b, 'base64') };
+  const ev: SpillwayEvent = {
+    tenantId: w.t,
+    id: w.i,
+    type: w.y,
+    receivedAt: w.r,
+    contentType: w.c,
+    body: Buffer.from(w.b, 'base64'),
+  };
   if (w.s !== undefined) ev.sourceId = w.s;
   return ev;
 }

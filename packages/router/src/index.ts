@@ -1,10 +1,10 @@
-export { start, ROLES, type Role, type Started } from './start.ts';
-export { createRuntime, checkRedis, ensureSpillTopic, type Runtime } from './runtime.ts';
 export { buildProgram, main } from './cli/main.ts';
-export { ConfigCache, ConfigStore, matchesEventType, type Change } from './store.ts';
-export { startWorker, createWorker, type WorkerHandle } from './worker.ts';
-export { createRouterServices } from './router-services.ts';
-export { createIntake, DurableIntake } from './intake.ts';
-export type { DeliveryTask } from './fanout.ts';
 export type { AttemptOutcome, DeliveryPort } from './deliver.ts';
-export type { EventView, EndpointStats, RouterServices, TenantStats } from './services.ts';
+export type { DeliveryTask } from './fanout.ts';
+export { createIntake, DurableIntake } from './intake.ts';
+export { createRouterServices } from './router-services.ts';
+export { checkRedis, createRuntime, ensureSpillTopic, type Runtime } from './runtime.ts';
+export type { EndpointStats, EventView, RouterServices, TenantStats } from './services.ts';
+export { ROLES, type Role, type Started, start } from './start.ts';
+export { type Change, ConfigCache, ConfigStore, matchesEventType } from './store.ts';
+export { createWorker, startWorker, type WorkerHandle } from './worker.ts';

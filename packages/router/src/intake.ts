@@ -1,9 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { errors, type Intake, type Keys, type Logger, type RedisClient, type SpillwayEvent, tenantTag } from '@spillway/shared';
+import {
+  errors,
+  type Intake,
+  type Keys,
+  type Logger,
+  type RedisClient,
+  type SpillwayEvent,
+  tenantTag,
+} from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { type RouterCommands, withCommands } from './commands/index.ts';
 import { eventToWire, type WireEvent } from './fanout.ts';
-import { intakeBatchesTotal, intakeBatchEvents, intakeCommitSeconds, intakeEventsTotal } from './metrics.ts';
+import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from './metrics.ts';
 import { RECORD_TTL_S } from './records.ts';
 import { firstError, pipelineByTag } from './slots.ts';
 
@@ -75,7 +83,10 @@ export class DurableIntake implements Intake {
     this.#logger = opts.logger;
     this.#windowMs = opts.dedupWindowMs;
     this.#groupMs = opts.groupCommitMs;
-    this.#queue = new Queue(opts.keys.intakeQueue, { connection: opts.redis as never, prefix: opts.keys.bullPrefix });
+    this.#queue = new Queue(opts.keys.intakeQueue, {
+      connection: opts.redis as never,
+      prefix: opts.keys.bullPrefix,
+    });
     this.#queue.on('error', (err) => this.#logger.warn({ err: err.message }, 'intake queue error'));
   }
 
@@ -166,7 +177,10 @@ export class DurableIntake implements Intake {
       this.#logger.warn({ err: (err as Error).message, events: batch.length }, 'intake commit failed');
       intakeBatchesTotal.inc({ outcome: added ? 'committed' : 'failed' });
       endTimer();
-      const failure = errors.unavailable('durable storage cannot take the event right now', { cause: err, retryAfter: 1 });
+      const failure = errors.unavailable('durable storage cannot take the event right now', {
+        cause: err,
+        retryAfter: 1,
+      });
       if (added) {
         // Durable after all (the timeout fired late): answer truthfully.
         for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
@@ -188,12 +202,17 @@ export class DurableIntake implements Intake {
       (pipe, p) => {
         pipe.set(p.key, DONE, 'PX', this.#windowMs);
         const rec = this.#keys.event(p.event.tenantId, p.event.id);
-        pipe.hsetnx(rec, 'meta', JSON.stringify({ id: p.event.id, type: p.event.type, receivedAt: p.event.receivedAt }));
+        pipe.hsetnx(
+          rec,
+          'meta',
+          JSON.stringify({ id: p.event.id, type: p.event.type, receivedAt: p.event.receivedAt }),
+        );
         pipe.expire(rec, RECORD_TTL_S);
       },
     );
     const promoteErr = firstError(promoted);
-    if (promoteErr) this.#logger.warn({ err: promoteErr.message }, 'dedup promote failed; worker will promote');
+    if (promoteErr)
+      this.#logger.warn({ err: promoteErr.message }, 'dedup promote failed; worker will promote');
     intakeBatchesTotal.inc({ outcome: 'committed' });
     endTimer();
     for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
@@ -224,7 +243,12 @@ export class DurableIntake implements Intake {
 }
 
 /** Marks ids of a processed intake job as done (idempotent; covers a lost promote after a durable add). */
-export async function promoteDedup(redis: RedisClient, keys: Keys, events: readonly WireEvent[], windowMs: number): Promise<void> {
+export async function promoteDedup(
+  redis: RedisClient,
+  keys: Keys,
+  events: readonly WireEvent[],
+  windowMs: number,
+): Promise<void> {
   const res = await pipelineByTag(
     redis,
     events,
@@ -235,7 +259,12 @@ export async function promoteDedup(redis: RedisClient, keys: Keys, events: reado
   if (err) throw err;
 }
 
-export function createIntake(rt: { redis: RedisClient; keys: Keys; logger: Logger; config: { dedupWindowMs: number; groupCommitMs: number } }): DurableIntake {
+export function createIntake(rt: {
+  redis: RedisClient;
+  keys: Keys;
+  logger: Logger;
+  config: { dedupWindowMs: number; groupCommitMs: number };
+}): DurableIntake {
   return new DurableIntake({
     redis: rt.redis,
     keys: rt.keys,

@@ -1,7 +1,7 @@
 import type { DeliveryRecord, DlqEntry, Keys, Logger, RedisClient } from '@spillway/shared';
 import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
-import { firstError, hashTag, pipelineByTag } from './slots.ts';
 import type { EventView } from './services.ts';
+import { firstError, hashTag, pipelineByTag } from './slots.ts';
 
 /**
  * Delivery records: one hash per event, `keys.event(tid, eid)`:
@@ -13,7 +13,9 @@ import type { EventView } from './services.ts';
 export const RECORD_TTL_S = 7 * 24 * 3600;
 const FLUSH_MS = 5;
 
-type Write = { kind: 'create'; key: string; meta: string; fields: string[] } | { kind: 'set'; key: string; field: string; value: string };
+type Write =
+  | { kind: 'create'; key: string; meta: string; fields: string[] }
+  | { kind: 'set'; key: string; field: string; value: string };
 
 export class RecordWriter {
   readonly #redis: RedisClient;
@@ -30,13 +32,29 @@ export class RecordWriter {
   }
 
   /** At fan-out: the event's meta and a pending record per endpoint, unless they exist (a re-run job keeps progress). */
-  created(tenantId: string, eventId: string, type: string, receivedAt: number, endpointIds: readonly string[]): void {
+  created(
+    tenantId: string,
+    eventId: string,
+    type: string,
+    receivedAt: number,
+    endpointIds: readonly string[],
+  ): void {
     const meta = JSON.stringify({ id: eventId, type, receivedAt });
-    this.#push({ kind: 'create', key: this.#keys.event(tenantId, eventId), meta, fields: endpointIds as string[] });
+    this.#push({
+      kind: 'create',
+      key: this.#keys.event(tenantId, eventId),
+      meta,
+      fields: endpointIds as string[],
+    });
   }
 
   attempt(task: DeliveryTask, rec: DeliveryRecord): void {
-    this.#push({ kind: 'set', key: this.#keys.event(task.tenantId, task.eventId), field: `ep:${task.endpointId}`, value: JSON.stringify(rec) });
+    this.#push({
+      kind: 'set',
+      key: this.#keys.event(task.tenantId, task.eventId),
+      field: `ep:${task.endpointId}`,
+      value: JSON.stringify(rec),
+    });
   }
 
   #push(w: Write): void {
@@ -73,7 +91,12 @@ export class RecordWriter {
   }
 }
 
-export async function readEvent(redis: RedisClient, keys: Keys, tenantId: string, eventId: string): Promise<EventView | undefined> {
+export async function readEvent(
+  redis: RedisClient,
+  keys: Keys,
+  tenantId: string,
+  eventId: string,
+): Promise<EventView | undefined> {
   const all = await redis.hgetall(keys.event(tenantId, eventId));
   if (!all.meta) return undefined;
   const meta = JSON.parse(all.meta) as { id: string; type: string; receivedAt: number };
@@ -90,7 +113,12 @@ export interface DlqItem extends DlqEntry {
 }
 
 /** Durable hand-off of a task to the DLQ (the caller keeps the task until this resolves). */
-export async function pushDlq(redis: RedisClient, keys: Keys, task: DeliveryTask, entry: DlqEntry): Promise<void> {
+export async function pushDlq(
+  redis: RedisClient,
+  keys: Keys,
+  task: DeliveryTask,
+  entry: DlqEntry,
+): Promise<void> {
   const item: DlqItem = { ...entry, task: { ...taskToWire(task), a: 1 } };
   await redis.rpush(keys.dlq(task.tenantId), JSON.stringify(item));
 }

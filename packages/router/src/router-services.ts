@@ -51,7 +51,12 @@ export function createRouterServices(rt: Runtime): RouterServices {
      * BullMQ ignores while that job still exists — so no loss, and no double within the job's retention.
      */
     async replayDlq(tenantId, opts = {}): Promise<number> {
-      const total = (await readDlq(rt.redis, keys, tenantId, { ...(opts.endpointId ? { endpointId: opts.endpointId } : {}), limit: 1_000_000 })).length;
+      const total = (
+        await readDlq(rt.redis, keys, tenantId, {
+          ...(opts.endpointId ? { endpointId: opts.endpointId } : {}),
+          limit: 1_000_000,
+        })
+      ).length;
       let done = 0;
       opts.onProgress?.(0, total);
       while (done < total) {
@@ -61,7 +66,10 @@ export function createRouterServices(rt: Runtime): RouterServices {
         });
         if (chunk.length === 0) break;
         const data: RetryJobData = { v: 1, tasks: chunk.map(({ item }) => ({ ...item.task, a: 1 })) };
-        const jobId = `replay-${createHash('sha1').update(tenantId).update(chunk.map((c) => c.raw).join('\n')).digest('hex')}`;
+        const jobId = `replay-${createHash('sha1')
+          .update(tenantId)
+          .update(chunk.map((c) => c.raw).join('\n'))
+          .digest('hex')}`;
         await retries().add('replay', data, { ...RETRY_JOB_OPTS, jobId });
         const removed = Number(await redis.dlqRemove(keys.dlq(tenantId), ...chunk.map((c) => c.raw)));
         // The job owns these tasks now (the worker counts them down when it finishes the job).
@@ -95,7 +103,15 @@ export function createRouterServices(rt: Runtime): RouterServices {
         endpoints: [],
       };
       const eps = new Map<string, EndpointStats>(
-        endpoints.map((e) => [e.id, { id: e.id, breaker: 'closed', delivered: shared.endpoints[e.id]?.delivered ?? 0, failed: shared.endpoints[e.id]?.failed ?? 0 }]),
+        endpoints.map((e) => [
+          e.id,
+          {
+            id: e.id,
+            breaker: 'closed',
+            delivered: shared.endpoints[e.id]?.delivered ?? 0,
+            failed: shared.endpoints[e.id]?.failed ?? 0,
+          },
+        ]),
       );
       const perWorker: NonNullable<TenantStats['workers']> = [];
       const rank = { closed: 0, 'half-open': 1, open: 2 } as const;

@@ -110,13 +110,18 @@ export async function ensureSpillTopic(rt: Runtime, partitions = rt.config.spill
         includeSynonyms: false,
         resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configNames: [maxMessage.name] }],
       });
-      const current = Number(described.resources[0]?.configEntries.find((e) => e.configName === maxMessage.name)?.configValue);
+      const current = Number(
+        described.resources[0]?.configEntries.find((e) => e.configName === maxMessage.name)?.configValue,
+      );
       if (!(current >= SPILL_MAX_MESSAGE_BYTES)) {
         await admin.alterConfigs({
           validateOnly: false,
           resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [maxMessage] }],
         });
-        rt.logger.info({ topic, maxMessageBytes: SPILL_MAX_MESSAGE_BYTES }, 'raised the spill topic\'s max.message.bytes');
+        rt.logger.info(
+          { topic, maxMessageBytes: SPILL_MAX_MESSAGE_BYTES },
+          "raised the spill topic's max.message.bytes",
+        );
       }
     }
   } catch (err) {

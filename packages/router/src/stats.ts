@@ -12,7 +12,13 @@ export interface PublishedStats {
 }
 
 /** Publishes the engine's per-tenant counters under keys.workerStats(id) every second, with a TTL. */
-export function startStatsPublisher(redis: RedisClient, keys: Keys, workerId: string, engine: Engine, logger: Logger): () => Promise<void> {
+export function startStatsPublisher(
+  redis: RedisClient,
+  keys: Keys,
+  workerId: string,
+  engine: Engine,
+  logger: Logger,
+): () => Promise<void> {
   const publish = async () => {
     const now = Date.now();
     const body: PublishedStats = { workerId, at: now, tenants: engine.snapshot() };
@@ -30,7 +36,9 @@ export function startStatsPublisher(redis: RedisClient, keys: Keys, workerId: st
   void publish().catch(() => {});
   return async () => {
     clearInterval(timer);
-    await Promise.all([redis.del(keys.workerStats(workerId)), redis.zrem(keys.workers, workerId)]).catch(() => {});
+    await Promise.all([redis.del(keys.workerStats(workerId)), redis.zrem(keys.workers, workerId)]).catch(
+      () => {},
+    );
   };
 }
 

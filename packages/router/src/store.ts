@@ -82,7 +82,12 @@ export class ConfigStore {
     // The tenant's own keys share one hash tag (one slot), so one DEL takes them all. Event records
     // and dedup markers expire on their own; tasks still spilled or in retry jobs are dropped when a
     // worker finds their tenant gone.
-    await this.#redis.del(this.#keys.tenant(tid), this.#keys.endpoints(tid), this.#keys.dlq(tid), this.#keys.tenantCounters(tid));
+    await this.#redis.del(
+      this.#keys.tenant(tid),
+      this.#keys.endpoints(tid),
+      this.#keys.dlq(tid),
+      this.#keys.tenantCounters(tid),
+    );
     await this.#redis.srem(this.#keys.tenants, tid);
     await this.#publish({ kind: 'tenant', tenantId: tid, id: tid });
   }

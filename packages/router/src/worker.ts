@@ -34,7 +34,10 @@ export async function startWorker({ rt }: RoleContext): Promise<RoleHandle> {
   return createWorker(rt);
 }
 
-export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort } = {}): Promise<WorkerHandle> {
+export async function createWorker(
+  rt: Runtime,
+  opts: { delivery?: DeliveryPort } = {},
+): Promise<WorkerHandle> {
   const { config, keys, logger } = rt;
   const store = new ConfigStore(rt.redis, keys);
   const cache = new ConfigCache(store, { ttlMs: 500 });
@@ -42,7 +45,9 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
   sub.on('error', () => {});
   await cache.subscribe(sub, keys, logger);
 
-  const delivery = opts.delivery ?? (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis, keys, logger }));
+  const delivery =
+    opts.delivery ??
+    (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis, keys, logger }));
   const retryQueue = new Queue(keys.retryQueue, { connection: rt.redis as never, prefix: keys.bullPrefix });
   retryQueue.on('error', (err) => logger.warn({ err: err.message }, 'retry queue error'));
   const spill = new SpillProducer(rt.kafka, config.spillTopic, logger);
@@ -63,7 +68,9 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     counters,
     retryScheduleMs: config.retryScheduleMs,
     disableEndpoint: async (tid, eid, reason) => {
-      await store.updateEndpoint(tid, eid, (ep) => (ep.status === 'disabled' ? ep : { ...ep, status: 'disabled', disabledReason: reason }));
+      await store.updateEndpoint(tid, eid, (ep) =>
+        ep.status === 'disabled' ? ep : { ...ep, status: 'disabled', disabledReason: reason },
+      );
     },
   });
 
@@ -75,7 +82,9 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
     // Fan out on config read after the events were accepted (one read per tenant per job), not on
     // this worker's possibly older view: "create an endpoint, then send" always reaches it.
     const tids = [...new Set(events.map((w) => w.t))];
-    const views = new Map(await Promise.all(tids.map(async (tid) => [tid, await engine.freshView(tid)] as const)));
+    const views = new Map(
+      await Promise.all(tids.map(async (tid) => [tid, await engine.freshView(tid)] as const)),
+    );
     for (const w of events) {
       const v = views.get(w.t)!;
       if (!v.tenant) {
@@ -84,7 +93,13 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
       }
       const ev = eventFromWire(w);
       const ts = fanOut(ev, [...v.endpoints.values()]);
-      records.created(ev.tenantId, ev.id, ev.type, ev.receivedAt, ts.map((t) => t.endpointId));
+      records.created(
+        ev.tenantId,
+        ev.id,
+        ev.type,
+        ev.receivedAt,
+        ts.map((t) => t.endpointId),
+      );
       tasks.push(...ts);
     }
     await engine.hold(tasks);
@@ -115,7 +130,9 @@ export async function createWorker(rt: Runtime, opts: { delivery?: DeliveryPort 
   const retryWorker = new Worker<RetryJobData>(keys.retryQueue, processRetry, workerOpts(retryConn));
   for (const w of [intakeWorker, retryWorker]) {
     w.on('error', (err) => logger.warn({ err: err.message }, 'bullmq worker error'));
-    w.on('failed', (job, err) => logger.warn({ jobId: job?.id, err: err.message }, 'job failed; it will be retried'));
+    w.on('failed', (job, err) =>
+      logger.warn({ jobId: job?.id, err: err.message }, 'job failed; it will be retried'),
+    );
   }
 
   const drainer = new Drainer({

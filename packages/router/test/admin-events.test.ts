@@ -195,7 +195,9 @@ describe('dead letters and stats', () => {
     const detail = await waitFor(
       async () => {
         const r = await call('GET', `/v1/tenants/${tid}/stats?detail=workers`);
-        return r.body.delivered >= 3 && r.body.workers?.length === 1 && r.body.workers[0].delivered >= 3 ? r.body : undefined;
+        return r.body.delivered >= 3 && r.body.workers?.length === 1 && r.body.workers[0].delivered >= 3
+          ? r.body
+          : undefined;
       },
       'published worker counters',
       10_000,

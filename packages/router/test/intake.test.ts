@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { isSpillwayError } from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createIntake, createRuntime, type Runtime } from '../src/index.ts';
 import { testConfig } from '../../../test/helpers/env.ts';
 import { makeEvent, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
+import { createIntake, createRuntime, type Runtime } from '../src/index.ts';
 import { readEvent } from '../src/records.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -16,7 +16,10 @@ async function jobsIn(rt: Runtime): Promise<{ count: number; events: number }> {
   const q = new Queue(rt.keys.intakeQueue, { connection: rt.redis as never, prefix: rt.keys.bullPrefix });
   const jobs = await q.getJobs(['wait', 'active', 'delayed', 'completed']);
   await q.close();
-  return { count: jobs.length, events: jobs.reduce((n, j) => n + (j.data as { events: unknown[] }).events.length, 0) };
+  return {
+    count: jobs.length,
+    events: jobs.reduce((n, j) => n + (j.data as { events: unknown[] }).events.length, 0),
+  };
 }
 
 describe('durable intake', () => {
@@ -27,7 +30,9 @@ describe('durable intake', () => {
       await intake.close();
       await rt.close();
     });
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => intake.submit(makeEvent('acme', `e${i}`))));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => intake.submit(makeEvent('acme', `e${i}`))),
+    );
     expect(results.every((r) => r.duplicate === false)).toBe(true);
     expect(await jobsIn(rt)).toEqual({ count: 1, events: 50 });
   });
@@ -43,7 +48,12 @@ describe('durable intake', () => {
     expect(await readEvent(rt.redis, rt.keys, 'acme', 'readable')).toBeUndefined();
     await intake.submit(ev);
     const view = await readEvent(rt.redis, rt.keys, 'acme', 'readable');
-    expect(view).toMatchObject({ id: 'readable', type: ev.type, receivedAt: new Date(ev.receivedAt).toISOString(), deliveries: [] });
+    expect(view).toMatchObject({
+      id: 'readable',
+      type: ev.type,
+      receivedAt: new Date(ev.receivedAt).toISOString(),
+      deliveries: [],
+    });
   });
 
   it('two concurrent submits of one id: exactly one accepted and one duplicate; later ones are duplicates too', async () => {
@@ -53,7 +63,10 @@ describe('durable intake', () => {
       await intake.close();
       await rt.close();
     });
-    const [a, b] = await Promise.all([intake.submit(makeEvent('acme', 'same')), intake.submit(makeEvent('acme', 'same'))]);
+    const [a, b] = await Promise.all([
+      intake.submit(makeEvent('acme', 'same')),
+      intake.submit(makeEvent('acme', 'same')),
+    ]);
     expect([a.duplicate, b.duplicate].sort()).toEqual([false, true]);
     expect((await intake.submit(makeEvent('acme', 'same'))).duplicate).toBe(true);
     // Another tenant may use the same id.
@@ -74,11 +87,17 @@ describe('durable intake', () => {
     let accepted = 0;
     for (let n = 0; n < 20; n++) {
       const id = `race-${n}`;
-      const rs = await Promise.allSettled([i1.submit(makeEvent('acme', id)), i2.submit(makeEvent('acme', id))]);
-      const ok = rs.filter((r) => r.status === 'fulfilled').map((r) => (r as PromiseFulfilledResult<{ duplicate: boolean }>).value);
+      const rs = await Promise.allSettled([
+        i1.submit(makeEvent('acme', id)),
+        i2.submit(makeEvent('acme', id)),
+      ]);
+      const ok = rs
+        .filter((r) => r.status === 'fulfilled')
+        .map((r) => (r as PromiseFulfilledResult<{ duplicate: boolean }>).value);
       // Never two acceptances; a loser either waited and saw "duplicate" or was told 503 to retry.
       expect(ok.filter((r) => !r.duplicate)).toHaveLength(1);
-      for (const r of rs) if (r.status === 'rejected') expect(isSpillwayError(r.reason, 'SPW_ERR_UNAVAILABLE')).toBe(true);
+      for (const r of rs)
+        if (r.status === 'rejected') expect(isSpillwayError(r.reason, 'SPW_ERR_UNAVAILABLE')).toBe(true);
       accepted++;
     }
     expect((await jobsIn(rt1)).events).toBe(accepted);
@@ -91,7 +110,10 @@ describe('durable intake', () => {
       await intake.close();
       await rt.close();
     });
-    const rs = await Promise.allSettled([intake.submit(makeEvent('acme', 'x1')), intake.submit(makeEvent('acme', 'x2'))]);
+    const rs = await Promise.allSettled([
+      intake.submit(makeEvent('acme', 'x1')),
+      intake.submit(makeEvent('acme', 'x2')),
+    ]);
     for (const r of rs) {
       expect(r.status).toBe('rejected');
       const err = (r as PromiseRejectedResult).reason;

@@ -56,15 +56,36 @@ describe('event type matching and fan-out', () => {
   });
 
   it('fans out to subscribed endpoints, skips disabled ones, keeps paused ones (their tasks wait)', () => {
-    const event = { tenantId: 'acme', id: 'e1', type: 'order.created', receivedAt: 1, contentType: 'application/json', body: Buffer.from('{}') };
-    const tasks = fanOut(event, [ep('all', ['*']), ep('orders', ['order.*']), ep('users', ['user.*']), ep('off', ['*'], 'disabled'), ep('held', ['*'], 'paused')]);
+    const event = {
+      tenantId: 'acme',
+      id: 'e1',
+      type: 'order.created',
+      receivedAt: 1,
+      contentType: 'application/json',
+      body: Buffer.from('{}'),
+    };
+    const tasks = fanOut(event, [
+      ep('all', ['*']),
+      ep('orders', ['order.*']),
+      ep('users', ['user.*']),
+      ep('off', ['*'], 'disabled'),
+      ep('held', ['*'], 'paused'),
+    ]);
     expect(tasks.map((t) => t.endpointId)).toEqual(['all', 'orders', 'held']);
     expect(tasks.every((t) => t.attempt === 1 && t.eventId === 'e1')).toBe(true);
   });
 
   it('tasks survive the wire form byte for byte (spill records, retry jobs, DLQ)', () => {
     const body = Buffer.from([0, 1, 2, 255, 0x7b]);
-    const event = { tenantId: 'acme', id: 'e2', type: 't', receivedAt: 42, contentType: 'application/octet-stream', body, sourceId: 'gh' };
+    const event = {
+      tenantId: 'acme',
+      id: 'e2',
+      type: 't',
+      receivedAt: 42,
+      contentType: 'application/octet-stream',
+      body,
+      sourceId: 'gh',
+    };
     expect(eventFromWire(eventToWire(event))).toEqual(event);
     const task = { tenantId: 'acme', eventId: 'e2', endpointId: 'ep', attempt: 3, event };
     expect(taskFromWire(JSON.parse(JSON.stringify(taskToWire(task))))).toEqual(task);

@@ -35,7 +35,10 @@ const handler: IngestHandler = {
 };
 
 const lua = join(tmpdir(), 'spw-ack.lua');
-writeFileSync(lua, `wrk.method = "POST"\nwrk.body = string.rep("a", 1024)\nwrk.headers["Content-Type"] = "application/json"\n`);
+writeFileSync(
+  lua,
+  `wrk.method = "POST"\nwrk.body = string.rep("a", 1024)\nwrk.headers["Content-Type"] = "application/json"\n`,
+);
 
 async function run(name: 'uring' | 'node'): Promise<{ rps: number; p99: string }> {
   const opts = { handler, host: '127.0.0.1', port: 0 };
@@ -43,7 +46,15 @@ async function run(name: 'uring' | 'node'): Promise<{ rps: number; p99: string }
   const { port } = await srv.listen();
   // wrk runs in a child while this event loop serves: spawnSync would block it.
   const out = await new Promise<string>((resolve) => {
-    const p = spawn('wrk', ['-t1', `-c${conns}`, `-d${secs}s`, '--latency', '-s', lua, `http://127.0.0.1:${port}/ingest/x`]);
+    const p = spawn('wrk', [
+      '-t1',
+      `-c${conns}`,
+      `-d${secs}s`,
+      '--latency',
+      '-s',
+      lua,
+      `http://127.0.0.1:${port}/ingest/x`,
+    ]);
     let s = '';
     p.stdout.on('data', (d) => (s += d));
     p.on('close', () => resolve(s));
@@ -63,5 +74,7 @@ for (let r = 0; r < rounds; r++) {
   }
 }
 const avg = (a: number[]) => a.reduce((x, y) => x + y, 0) / a.length;
-console.log(`mean: uring ${avg(res.uring!).toFixed(0)} req/s, node ${avg(res.node!).toFixed(0)} req/s, ratio ${(avg(res.uring!) / avg(res.node!)).toFixed(2)}`);
+console.log(
+  `mean: uring ${avg(res.uring!).toFixed(0)} req/s, node ${avg(res.node!).toFixed(0)} req/s, ratio ${(avg(res.uring!) / avg(res.node!)).toFixed(2)}`,
+);
 process.exit(0);

@@ -29,8 +29,17 @@ function headOf(req: http.IncomingMessage): RequestHead {
     headers[k] = Array.isArray(v) ? v.join(', ') : v;
   }
   const cl = headers['content-length'];
-  const contentLength = cl !== undefined && headers['transfer-encoding'] === undefined && /^\d+$/.test(cl) ? Number(cl) : undefined;
-  return { method: req.method ?? 'GET', url: req.url ?? '/', headers, remoteAddress: req.socket.remoteAddress ?? '', contentLength };
+  const contentLength =
+    cl !== undefined && headers['transfer-encoding'] === undefined && /^\d+$/.test(cl)
+      ? Number(cl)
+      : undefined;
+  return {
+    method: req.method ?? 'GET',
+    url: req.url ?? '/',
+    headers,
+    remoteAddress: req.socket.remoteAddress ?? '',
+    contentLength,
+  };
 }
 
 /**
@@ -59,7 +68,11 @@ function lingerOnClose(socket: Socket, ms: number, maxBytes: number): void {
 function send(res: http.ServerResponse, r: IngestResponse, close: boolean): void {
   if (res.headersSent || res.destroyed) return;
   const body = r.body === undefined ? '' : JSON.stringify(r.body);
-  const headers: Record<string, string | number> = { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), ...r.headers };
+  const headers: Record<string, string | number> = {
+    'content-type': JSON_TYPE,
+    'content-length': Buffer.byteLength(body),
+    ...r.headers,
+  };
   if (close || r.close) headers.connection = 'close';
   res.writeHead(r.status, headers);
   res.end(body);
@@ -95,7 +108,8 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
   // A client error (bad framing, header overflow, timeout) answers and closes; never throws.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     if (!socket.writable || socket.destroyed) return void socket.destroy();
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+    const status =
+      err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
     const text = http.STATUS_CODES[status] ?? 'Bad Request';
     socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
     socket.destroy();
@@ -103,14 +117,20 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
 
   async function onRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const head = headOf(req);
-    const bodyPending = head.contentLength === undefined ? head.headers['transfer-encoding'] !== undefined : head.contentLength > 0;
+    const bodyPending =
+      head.contentLength === undefined
+        ? head.headers['transfer-encoding'] !== undefined
+        : head.contentLength > 0;
     const refuseEarly = (r: IngestResponse) => {
       // The body was not read: close after answering rather than read it all for keep-alive.
       if (bodyPending) lingerOnClose(req.socket, lingerMs, lingerBytes);
       send(res, r, bodyPending);
     };
     if (head.contentLength !== undefined && head.contentLength > hardMax) {
-      return refuseEarly({ status: 413, body: { error: { code: 'payload_too_large', message: `body over ${hardMax} bytes` } } });
+      return refuseEarly({
+        status: 413,
+        body: { error: { code: 'payload_too_large', message: `body over ${hardMax} bytes` } },
+      });
     }
     let decision: Awaited<ReturnType<typeof handler.begin>>;
     try {
@@ -135,7 +155,14 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
         req.off('data', onData);
         sink.abort('too_large');
         lingerOnClose(req.socket, lingerMs, lingerBytes);
-        send(res, { status: 413, body: { error: { code: 'payload_too_large', message: `body over ${limit} bytes` } } }, true);
+        send(
+          res,
+          {
+            status: 413,
+            body: { error: { code: 'payload_too_large', message: `body over ${limit} bytes` } },
+          },
+          true,
+        );
         return;
       }
       sink.write(chunk);
@@ -146,7 +173,8 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
       finished = true;
       sink.end().then(
         (r) => send(res, r, false),
-        () => send(res, { status: 500, body: { error: { code: 'internal', message: 'ingest failed' } } }, true),
+        () =>
+          send(res, { status: 500, body: { error: { code: 'internal', message: 'ingest failed' } } }, true),
       );
     });
     req.once('close', () => {

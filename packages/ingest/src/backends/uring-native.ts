@@ -35,7 +35,16 @@ export const EV_CLOSED = 5;
 
 /** Events as the glue builds them (binding.c call_js). Ids are slot * 2^32 + request sequence. */
 export type NativeEvent =
-  | [type: 1, id: number, method: string, url: string, remote: string, headers: string[], contentLength: number, chunked: boolean]
+  | [
+      type: 1,
+      id: number,
+      method: string,
+      url: string,
+      remote: string,
+      headers: string[],
+      contentLength: number,
+      chunked: boolean,
+    ]
   | [type: 2, id: number, chunk: Buffer]
   | [type: 3, id: number]
   | [type: 4, id: number, reason: string]
@@ -73,9 +82,15 @@ export function loadBinding(): { binding: Binding } | { error: Error } {
 function binding(): Binding {
   const b = loadBinding();
   if ('error' in b) {
-    throw new SpillwayError('SPW_ERR_URING_UNAVAILABLE', 'internal', 500, `io_uring addon not loadable (run pnpm run build): ${b.error.message}`, {
-      cause: b.error,
-    });
+    throw new SpillwayError(
+      'SPW_ERR_URING_UNAVAILABLE',
+      'internal',
+      500,
+      `io_uring addon not loadable (run pnpm run build): ${b.error.message}`,
+      {
+        cause: b.error,
+      },
+    );
   }
   return b.binding;
 }
@@ -84,7 +99,12 @@ function binding(): Binding {
 export function uringError(op: string, rc: number): SpillwayError {
   const errno = -rc;
   const text = binding().strerror(errno);
-  const err = new SpillwayError('SPW_ERR_URING', 'internal', 500, `io_uring ${op} failed: ${text} (errno ${errno})`);
+  const err = new SpillwayError(
+    'SPW_ERR_URING',
+    'internal',
+    500,
+    `io_uring ${op} failed: ${text} (errno ${errno})`,
+  );
   Object.defineProperty(err, 'errno', { value: errno, enumerable: true });
   return err;
 }
@@ -137,7 +157,8 @@ export class NativeServer {
 /** Runs the addon's feature probe: a real ring, buffer ring registration and one multishot recv. */
 export function nativeProbe(): { ok: true } | { ok: false; reason: string } {
   const b = loadBinding();
-  if ('error' in b) return { ok: false, reason: `io_uring addon not loadable: ${b.error.message.split('\n')[0]}` };
+  if ('error' in b)
+    return { ok: false, reason: `io_uring addon not loadable: ${b.error.message.split('\n')[0]}` };
   const [rc, step] = b.binding.probe();
   if (rc === 0) return { ok: true };
   return { ok: false, reason: `${step ?? 'probe'}: ${b.binding.strerror(-rc)} (errno ${-rc})` };

@@ -2,12 +2,29 @@
  * The `uring` IngestServer: sockets and HTTP/1.1 framing live in the io_uring addon (its own
  * thread); this file maps its event batches onto the IngestHandler and sends the answers back.
  */
+
+import { lookup } from 'node:dns/promises';
 import { readFileSync } from 'node:fs';
 import { STATUS_CODES } from 'node:http';
-import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
-import type { BodySink, HeadDecision, IngestResponse, IngestServer, IngestServerOptions, RequestHead } from '../server.ts';
-import { EV_ABORT, EV_BODY, EV_CLOSED, EV_END, EV_HEAD, NativeServer, type NativeEvent, nativeProbe } from './uring-native.ts';
+import type {
+  BodySink,
+  HeadDecision,
+  IngestResponse,
+  IngestServer,
+  IngestServerOptions,
+  RequestHead,
+} from '../server.ts';
+import {
+  EV_ABORT,
+  EV_BODY,
+  EV_CLOSED,
+  EV_END,
+  EV_HEAD,
+  type NativeEvent,
+  NativeServer,
+  nativeProbe,
+} from './uring-native.ts';
 
 /** Tuning beyond IngestServerOptions; defaults suit the ingest role. */
 export interface UringTuning {
@@ -100,7 +117,7 @@ function safeAbort(sink: BodySink, reason: string): void {
 }
 
 function wantsClose(headers: Record<string, string>): boolean {
-  const c = headers['connection'];
+  const c = headers.connection;
   return c !== undefined && /(^|,)\s*close\s*(,|$)/i.test(c);
 }
 
@@ -181,8 +198,24 @@ class UringServer implements UringIngestServer {
             const prev = headers[name];
             headers[name] = prev === undefined ? value : name === 'set-cookie' ? prev : `${prev}, ${value}`;
           }
-          const head: RequestHead = { method, url, headers, remoteAddress: remote, contentLength: cl >= 0 ? cl : undefined };
-          const req: Req = { id, head, sink: undefined, pending: [], received: 0, ended: false, done: false, closeAfter: wantsClose(headers), hasBody: chunked || cl > 0 };
+          const head: RequestHead = {
+            method,
+            url,
+            headers,
+            remoteAddress: remote,
+            contentLength: cl >= 0 ? cl : undefined,
+          };
+          const req: Req = {
+            id,
+            head,
+            sink: undefined,
+            pending: [],
+            received: 0,
+            ended: false,
+            done: false,
+            closeAfter: wantsClose(headers),
+            hasBody: chunked || cl > 0,
+          };
           this.#reqs.set(id, req);
           this.#begin(req);
           break;
@@ -231,7 +264,11 @@ class UringServer implements UringIngestServer {
       this.#fail(req, err);
       return;
     }
-    if (decision instanceof Promise) decision.then((d) => this.#decided(req, d), (err: unknown) => this.#fail(req, err));
+    if (decision instanceof Promise)
+      decision.then(
+        (d) => this.#decided(req, d),
+        (err: unknown) => this.#fail(req, err),
+      );
     else this.#decided(req, decision);
   }
 
@@ -305,9 +342,17 @@ class UringServer implements UringIngestServer {
   }
 
   #fail(req: Req, err: unknown): void {
-    const status = typeof (err as { status?: unknown })?.status === 'number' ? (err as { status: number }).status : 500;
-    const code = typeof (err as { apiCode?: unknown })?.apiCode === 'string' ? (err as { apiCode: string }).apiCode : 'internal';
-    this.#respond(req, { status, body: { error: { code, message: status >= 500 ? 'internal error' : String((err as Error)?.message) } }, close: true });
+    const status =
+      typeof (err as { status?: unknown })?.status === 'number' ? (err as { status: number }).status : 500;
+    const code =
+      typeof (err as { apiCode?: unknown })?.apiCode === 'string'
+        ? (err as { apiCode: string }).apiCode
+        : 'internal';
+    this.#respond(req, {
+      status,
+      body: { error: { code, message: status >= 500 ? 'internal error' : String((err as Error)?.message) } },
+      close: true,
+    });
   }
 
   #respond(req: Req, res: IngestResponse): void {

@@ -56,8 +56,10 @@ export function timestampFresh(seconds: number, nowMs: number): boolean {
 
 /** Checks an id and type taken from headers or the body; the verifier calls it only after the HMAC matched. */
 export function identify(id: unknown, type: unknown, what: { id: string; type: string }): Verified | Refusal {
-  if (typeof id !== 'string' || !EVENT_ID.test(id)) return refuse(400, 'bad_event', `missing or invalid ${what.id}`);
-  if (typeof type !== 'string' || !EVENT_TYPE.test(type)) return refuse(400, 'bad_event', `missing or invalid ${what.type}`);
+  if (typeof id !== 'string' || !EVENT_ID.test(id))
+    return refuse(400, 'bad_event', `missing or invalid ${what.id}`);
+  if (typeof type !== 'string' || !EVENT_TYPE.test(type))
+    return refuse(400, 'bad_event', `missing or invalid ${what.type}`);
   return { ok: true, id, type };
 }
 
@@ -65,7 +67,9 @@ export function identify(id: unknown, type: unknown, what: { id: string; type: s
 export function parseJsonObject(body: Buffer): Record<string, unknown> | undefined {
   try {
     const v: unknown = JSON.parse(body.toString('utf8'));
-    return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+    return v !== null && typeof v === 'object' && !Array.isArray(v)
+      ? (v as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }

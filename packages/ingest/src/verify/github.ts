@@ -13,8 +13,12 @@ export function prepareGithub(secret: string, headers: Record<string, string>): 
     verifier: {
       update: (chunk) => void mac.update(chunk),
       finish() {
-        if (!safeEqual(mac.digest(), given)) return refuse(401, 'bad_signature', 'X-Hub-Signature-256 does not match the body');
-        return identify(headers['x-github-delivery'], headers['x-github-event'], { id: 'X-GitHub-Delivery', type: 'X-GitHub-Event' });
+        if (!safeEqual(mac.digest(), given))
+          return refuse(401, 'bad_signature', 'X-Hub-Signature-256 does not match the body');
+        return identify(headers['x-github-delivery'], headers['x-github-event'], {
+          id: 'X-GitHub-Delivery',
+          type: 'X-GitHub-Event',
+        });
       },
     },
   };

@@ -23,7 +23,11 @@ export function prepareVerifier(source: Source, headers: Record<string, string>,
     case 'standard':
       return prepareStandard(source.secret, headers, nowMs);
     default:
-      return refuse(401, 'bad_signature', `source kind ${String((source as Source).kind)} cannot be verified`);
+      return refuse(
+        401,
+        'bad_signature',
+        `source kind ${String((source as Source).kind)} cannot be verified`,
+      );
   }
 }
 

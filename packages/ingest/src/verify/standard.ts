@@ -1,4 +1,12 @@
-import { anyEqual, hmacSha256, identify, parseJsonObject, type Prepared, refuse, timestampFresh } from './common.ts';
+import {
+  anyEqual,
+  hmacSha256,
+  identify,
+  type Prepared,
+  parseJsonObject,
+  refuse,
+  timestampFresh,
+} from './common.ts';
 
 /**
  * Standard Webhooks (standardwebhooks.com): `webhook-id`, `webhook-timestamp`, and
@@ -10,9 +18,11 @@ export function prepareStandard(secret: string, headers: Record<string, string>,
   const id = headers['webhook-id'];
   const ts = headers['webhook-timestamp'];
   const sig = headers['webhook-signature'];
-  if (!id || !ts || !sig) return refuse(401, 'missing_signature', 'missing webhook-id, webhook-timestamp or webhook-signature');
+  if (!id || !ts || !sig)
+    return refuse(401, 'missing_signature', 'missing webhook-id, webhook-timestamp or webhook-signature');
   if (!/^\d{1,12}$/.test(ts)) return refuse(401, 'timestamp', 'malformed webhook-timestamp');
-  if (!timestampFresh(Number(ts), nowMs)) return refuse(401, 'timestamp', 'webhook-timestamp outside the 300 s tolerance');
+  if (!timestampFresh(Number(ts), nowMs))
+    return refuse(401, 'timestamp', 'webhook-timestamp outside the 300 s tolerance');
   const given: Buffer[] = [];
   for (const entry of sig.split(' ')) {
     const comma = entry.indexOf(',');
@@ -28,7 +38,8 @@ export function prepareStandard(secret: string, headers: Record<string, string>,
     verifier: {
       update: (chunk) => void mac.update(chunk),
       finish(body) {
-        if (!anyEqual(mac.digest(), given)) return refuse(401, 'bad_signature', 'no webhook-signature matches the body');
+        if (!anyEqual(mac.digest(), given))
+          return refuse(401, 'bad_signature', 'no webhook-signature matches the body');
         const json = parseJsonObject(body);
         if (!json) return refuse(400, 'bad_event', 'a Standard Webhooks body must be a JSON object');
         return identify(id, json.type, { id: 'webhook-id', type: 'body type' });

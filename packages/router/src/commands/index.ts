@@ -12,7 +12,8 @@ export interface RouterCommands {
   dlqRemove(key: string, ...entries: string[]): Promise<number>;
 }
 
-const camel = (name: string) => name.replace(/-\d+$/, '').replace(/-(\w)/g, (_m, c: string) => c.toUpperCase());
+const camel = (name: string) =>
+  name.replace(/-\d+$/, '').replace(/-(\w)/g, (_m, c: string) => c.toUpperCase());
 
 export function withCommands(redis: RedisClient): RedisClient & RouterCommands {
   const r = redis as RedisClient & Partial<RouterCommands>;

@@ -87,7 +87,10 @@ export class Drainer {
     });
     this.#consumer = consumer;
     consumer.on(consumer.events.CRASH, (e) => {
-      this.#o.logger.warn({ err: (e.payload.error as Error)?.message, restart: e.payload.restart }, 'drainer consumer crashed');
+      this.#o.logger.warn(
+        { err: (e.payload.error as Error)?.message, restart: e.payload.restart },
+        'drainer consumer crashed',
+      );
       // kafkajs restarts by itself when `restart` is true; otherwise start over with a fresh consumer.
       if (!e.payload.restart && !this.#stopping) {
         setTimeout(() => {
@@ -111,7 +114,14 @@ export class Drainer {
     });
   }
 
-  async #eachBatch({ batch, resolveOffset, heartbeat, isRunning, isStale, commitOffsetsIfNecessary }: EachBatchPayload): Promise<void> {
+  async #eachBatch({
+    batch,
+    resolveOffset,
+    heartbeat,
+    isRunning,
+    isStale,
+    commitOffsetsIfNecessary,
+  }: EachBatchPayload): Promise<void> {
     const { engine, logger, producer } = this.#o;
     const entries: Entry[] = batch.messages.map((m) => {
       let task: DeliveryTask | undefined;
@@ -137,7 +147,11 @@ export class Drainer {
       // Config of every tenant in the look-ahead, so admission decisions are synchronous.
       for (let attempt = 0; ; attempt++) {
         try {
-          await Promise.all([...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))].map((t) => engine.view(t)));
+          await Promise.all(
+            [...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))].map((t) =>
+              engine.view(t),
+            ),
+          );
           break;
         } catch (err) {
           if (!isRunning() || isStale() || this.#stopping) return;
@@ -179,7 +193,12 @@ export class Drainer {
         const running = entries.some((e) => e.state === 'running');
         if (!leaving && !running) {
           const waited = Date.now() - started;
-          if (!othersBehind && !progressed && waited < IDLE_BLOCKED_WAIT_MS && Date.now() - lastPoll >= LATEST_POLL_MS) {
+          if (
+            !othersBehind &&
+            !progressed &&
+            waited < IDLE_BLOCKED_WAIT_MS &&
+            Date.now() - lastPoll >= LATEST_POLL_MS
+          ) {
             lastPoll = Date.now();
             const latest = await this.#latestOffset(batch.topic, batch.partition);
             if (latest !== undefined && latest - 1n > lastOffset) othersBehind = true;

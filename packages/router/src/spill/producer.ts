@@ -55,7 +55,11 @@ export class SpillProducer {
   async #connect(): Promise<Producer> {
     if (this.#producer) return this.#producer;
     this.#connecting ??= (async () => {
-      const p = this.#kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+      const p = this.#kafka.producer({
+        idempotent: true,
+        maxInFlightRequests: 1,
+        allowAutoTopicCreation: false,
+      });
       try {
         await p.connect();
       } catch (err) {
@@ -105,7 +109,10 @@ export class SpillProducer {
       } catch (err) {
         if (this.#closed && attempt > 2) {
           // Shutting down: the owners keep their tasks (their jobs/offsets are not resolved).
-          this.#logger.warn({ err: (err as Error).message, records: batch.length }, 'spill abandoned at shutdown; owners keep the tasks');
+          this.#logger.warn(
+            { err: (err as Error).message, records: batch.length },
+            'spill abandoned at shutdown; owners keep the tasks',
+          );
           return;
         }
         this.#logger.warn({ err: (err as Error).message, attempt }, 'spill send failed; retrying');
