@@ -10,7 +10,10 @@ import {
   type Logger,
   type RedisClient,
 } from '@spillway/shared';
-import { ConfigResourceTypes, Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
+import kafkajs, { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
+
+// kafkajs is CommonJS and Node's ESM loader cannot see this one as a named export.
+const { ConfigResourceTypes } = kafkajs;
 
 /** What every role of one process shares: config, keys, logger and the connections. */
 export interface Runtime {
