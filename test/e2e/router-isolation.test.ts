@@ -53,3 +53,39 @@ describe('invariant 5: a rate-limited task waits without holding a concurrency s
     expect(ev?.deliveries.find((d) => d.endpointId === epSlow.id)?.status).toBe('pending');
   });
 });
+
+describe('invariant 3: a hanging tenant cannot fill a worker’s job slots', () => {
+  it('another tenant’s events are delivered promptly while 300 single-event jobs of a hanging tenant wait', async () => {
+    const rt = routerRuntime();
+    await createSpillTopic(rt);
+    const store = new ConfigStore(rt.redis, rt.keys);
+    const services = createRouterServices(rt);
+    let worker: WorkerHandle | undefined;
+    const receivers: Receiver[] = [];
+    cleanup.push(async () => {
+      await worker?.close();
+      for (const r of receivers) await r.close();
+      await services.close();
+      await rt.close();
+      await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
+    });
+    const hang = await startReceiver(() => ({ status: 200, delayMs: 12_000 }));
+    const ok = await startReceiver();
+    receivers.push(hang, ok);
+    const slow = await makeTenant(store, { concurrency: 2, maxInFlight: 1000 });
+    const calm = await makeTenant(store, { concurrency: 4 });
+    await makeEndpoint(store, slow.id, hang.url, { timeoutMs: 20_000 });
+    await makeEndpoint(store, calm.id, ok.url);
+    worker = await createWorker(rt);
+    // One event per job (sequential submits), more jobs than the worker processes at once: if a
+    // job stayed active while its task waits for one of the slow tenant's 2 slots, these would
+    // hold every job slot and the calm tenant's jobs would wait behind them.
+    for (let i = 0; i < 300; i++) await services.intake.submit(makeEvent(slow.id, `h${i}`));
+    const sentAt = Date.now();
+    for (let i = 0; i < 20; i++) await services.intake.submit(makeEvent(calm.id, `c${i}`));
+    await waitFor(() => ok.got.size >= 20, 'the calm tenant’s 20 deliveries', 20_000);
+    // Well before any of the slow tenant's requests could time out or be answered.
+    expect(Date.now() - sentAt).toBeLessThan(8_000);
+    expect(hang.requests).toBeLessThanOrEqual(2);
+  });
+});

@@ -60,6 +60,15 @@ export interface EngineDeps {
 const REFRESH_MS = 500;
 
 /**
+ * A task admitted from an intake or retry job that is still waiting in delivery (for rate tokens or
+ * a concurrency slot) after this long is withdrawn and spilled: the Kafka record takes it over and
+ * the job can complete. So a job is held only by requests actually on the wire, and a slow tenant
+ * occupies at most `limits.concurrency` of a worker's job slots — it cannot fill them all and
+ * hold back other tenants' next jobs (invariant 3).
+ */
+const JOB_HANDOFF_MS = 500;
+
+/**
  * The in-memory heart of a worker. Tasks enter only with a credit (or go straight to the spill
  * log) and go to delivery at once — which waits for rate tokens holding no slot, then for one of the
  * tenant's concurrency slots — and leave memory only through a durable hand-off: delivered, retry
@@ -168,7 +177,7 @@ export class Engine {
       if (!this.#views.has(tid) || Date.now() - this.#views.get(tid)!.at > REFRESH_MS) await this.view(tid);
     await Promise.all(
       tasks.map((task) => {
-        const a = this.tryAdmit(task);
+        const a = this.tryAdmit(task, JOB_HANDOFF_MS);
         if (a === 'drop') return undefined;
         if (a === 'blocked') return this.#spill(task);
         return a;
@@ -178,9 +187,10 @@ export class Engine {
 
   /**
    * Admits the task if its tenant has a credit and nothing pauses it (the view must be loaded).
-   * 'drop' = tenant or endpoint gone/disabled: nothing to deliver.
+   * 'drop' = tenant or endpoint gone/disabled: nothing to deliver. With `handoffMs`, a task still
+   * waiting in delivery after that long is withdrawn and spilled (see JOB_HANDOFF_MS).
    */
-  tryAdmit(task: DeliveryTask): Admission {
+  tryAdmit(task: DeliveryTask, handoffMs?: number): Admission {
     const v = this.#views.get(task.tenantId);
     if (!v) return 'blocked';
     const ep = v.endpoints.get(task.endpointId);
@@ -201,9 +211,11 @@ export class Engine {
         this.#held.set(task.tenantId, set);
       }
       set.add(held);
+      const handoff = handoffMs === undefined ? undefined : setTimeout(() => held.withdraw.abort(), handoffMs);
       // Straight to delivery: it waits for rate tokens holding no slot, then for one of the
       // tenant's concurrency slots; a pause withdraws it from either wait (#withdrawBlocked).
       void this.#attempt(held, v.tenant!, ep).finally(() => {
+        clearTimeout(handoff);
         set.delete(held);
         if (set.size === 0 && this.#held.get(task.tenantId) === set) this.#held.delete(task.tenantId);
       });

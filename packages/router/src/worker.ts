@@ -20,8 +20,12 @@ import { ConfigCache, ConfigStore } from './store.ts';
  * kill -9 another worker takes the job over within lockDuration + stalledInterval
  * (config.jobStalledIntervalMs).
  */
-/** Jobs processed at once per queue: bounds the tasks a worker holds beyond its credits (those spill). */
-const CONCURRENCY = 64;
+/**
+ * Jobs processed at once per queue. A job stays active only while its tasks are spilling or on the
+ * wire (tasks still waiting in delivery are handed to Kafka after JOB_HANDOFF_MS), so a slow tenant
+ * holds at most its `concurrency` of these slots; the rest keep other tenants' jobs moving.
+ */
+const CONCURRENCY = 256;
 
 export interface WorkerHandle extends RoleHandle {
   readonly engine: Engine;
