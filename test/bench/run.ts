@@ -5,7 +5,6 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { shimReason } from './lib/cjs-shim.ts';
 import { machineInfo } from './lib/machine.ts';
 import { type BenchResult, printResult, type ResultsFile, readResults, writeAll } from './lib/report.ts';
 import { REDIS_URL } from './lib/spillway.ts';
@@ -77,8 +76,6 @@ async function main() {
       };
     }
     result.notes.push(`1-min load average when it started: ${load}.`);
-    const shim = await shimReason();
-    if (shim) result.notes.push(`WARNING: ${shim}.`);
     printResult(result);
     file.results[b.name] = result;
     // Written after every benchmark: an interrupted run still leaves what it measured.

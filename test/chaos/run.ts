@@ -6,7 +6,6 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { shimReason } from '../bench/lib/cjs-shim.ts';
 import { type ChaosFile, readResults, writeReadme } from '../bench/lib/report.ts';
 import { ALL, INTRO, OUT_DIR } from '../bench/specs.ts';
 import { line, type Outcome } from './lib/outcome.ts';
@@ -55,8 +54,6 @@ export async function runChaos(
         seconds: (Date.now() - t0) / 1000,
       });
     }
-    const shim = await shimReason();
-    if (shim) outcomes.at(-1)!.extra.shim = 'kafkajs-named-exports';
     log(line(outcomes.at(-1)!));
   }
   return outcomes;

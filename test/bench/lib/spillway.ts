@@ -16,7 +16,6 @@ import {
 } from '@spillway/shared';
 import { Kafka, logLevel } from 'kafkajs';
 import { ConfigStore } from '../../../packages/router/src/store.ts';
-import { shimArgs } from './cjs-shim.ts';
 import { type Proc, run, sleep, until } from './procs.ts';
 
 export const SPILLWAY_BIN = fileURLToPath(
@@ -126,7 +125,7 @@ export class SpillwayCluster {
   /** Starts `spillway start --role <role>` as a child process and waits for its URLs. */
   async startRole(role: RoleName, extra: Record<string, string> = {}, timeoutMs = 45_000): Promise<RoleProc> {
     const env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...this.env, ...extra };
-    const proc = run(process.execPath, [...(await shimArgs()), SPILLWAY_BIN, 'start', '--role', role], env);
+    const proc = run(process.execPath, [SPILLWAY_BIN, 'start', '--role', role], env);
     const adminPort = Number(
       await until(
         () => {
