@@ -70,7 +70,9 @@ async function oversized(agent: Agent, url: string, bytes: number, chunked: bool
         'content-type': 'application/json',
         'x-github-event': 'push',
         'x-github-delivery': `big-${Math.random()}`,
-        'x-hub-signature-256': 'sha256=00',
+        // Well-formed but wrong: a malformed header is refused (401) before the body is read, and
+        // this has to reach the body cap (413) instead.
+        'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
         ...(chunked ? {} : { 'content-length': String(bytes) }),
       },
     });
