@@ -16,10 +16,12 @@ const PORT = 18383;
 const CLI = resolve(import.meta.dirname, '../../packages/router/bin/spillway.mjs');
 const fixture = (f: string) => join(BPF_DIR, 'test/fixtures', f);
 
-function spillway(args: string[], opts: { env?: Record<string, string>; asNobody?: boolean } = {}) {
+function spillway(args: string[], opts: { env?: Record<string, string>; noCaps?: boolean } = {}) {
   const argv = [process.execPath, CLI, 'edge', ...args];
-  const [cmd, rest] = opts.asNobody
-    ? ['setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...argv]]
+  // Root without capabilities (uid 0 keeps reading the checkout, which may be mode 0700 in CI;
+  // an empty bounding set means no CAP_BPF/CAP_NET_ADMIN/CAP_PERFMON after exec).
+  const [cmd, rest] = opts.noCaps
+    ? ['setpriv', ['--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--', ...argv]]
     : [argv[0]!, argv.slice(1)];
   try {
     const stdout = execFileSync(cmd, rest, {
@@ -114,9 +116,9 @@ describe.skipIf(skipBpf)('spillway edge CLI (subprocess)', () => {
   });
 
   it('without privileges or without the loader: exit 1 with one clear line', () => {
-    const nobody = spillway(['status'], { asNobody: true });
-    expect(nobody.code).toBe(1);
-    expect(nobody.stderr).toMatch(/^spillway edge: .*not permitted/m);
+    const unprivileged = spillway(['status'], { noCaps: true });
+    expect(unprivileged.code).toBe(1);
+    expect(unprivileged.stderr).toMatch(/^spillway edge: .*not permitted/m);
     const missing = spillway(['status'], { env: { SPILLWAY_EDGE_LOADER: '/nonexistent/spillway-edge' } });
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/^spillway edge: loader not built/m);

@@ -1,21 +1,5 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  createSpillTopic,
-  dropSpillTopic,
-  makeEndpoint,
-  makeEvent,
-  makeTenant,
-  type Receiver,
-  routerRuntime,
-  startReceiver,
-} from '../helpers/router-fixtures.ts';
+import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { waitFor } from '../helpers/spawn.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -23,38 +7,8 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
 
-async function setup(env: Record<string, string> = {}, partitions?: number) {
-  const rt: Runtime = routerRuntime(env);
-  await createSpillTopic(rt, partitions);
-  const store = new ConfigStore(rt.redis, rt.keys);
-  const services = createRouterServices(rt);
-  const workers: WorkerHandle[] = [];
-  cleanup.push(async () => {
-    for (const w of workers) await w.close();
-    await services.close();
-    await rt.close();
-    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
-  });
-  const receivers: Receiver[] = [];
-  cleanup.push(async () => {
-    for (const r of receivers) await r.close();
-  });
-  return {
-    rt,
-    store,
-    services,
-    async worker() {
-      const w = await createWorker(rt);
-      workers.push(w);
-      return w;
-    },
-    async receiver(b?: Receiver['behave']) {
-      const r = await startReceiver(b);
-      receivers.push(r);
-      return r;
-    },
-  };
-}
+const setup = (env: Record<string, string> = {}, partitions?: number) =>
+  routerHarness(cleanup, env, partitions);
 
 describe('router flow', () => {
   it('fans out to subscribed endpoints only, records deliveries, and answers duplicates without re-delivering', async () => {

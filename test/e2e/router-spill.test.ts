@@ -1,22 +1,6 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
 import { registry } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  createSpillTopic,
-  dropSpillTopic,
-  makeEndpoint,
-  makeEvent,
-  makeTenant,
-  type Receiver,
-  routerRuntime,
-  startReceiver,
-} from '../helpers/router-fixtures.ts';
+import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { scrape } from '../helpers/router-metrics.ts';
 import { waitFor } from '../helpers/spawn.ts';
 
@@ -25,36 +9,8 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
 
-async function setup(partitions?: number, env: Record<string, string> = {}) {
-  const rt: Runtime = routerRuntime(env);
-  await createSpillTopic(rt, partitions);
-  const store = new ConfigStore(rt.redis, rt.keys);
-  const services = createRouterServices(rt);
-  const workers: WorkerHandle[] = [];
-  const receivers: Receiver[] = [];
-  cleanup.push(async () => {
-    for (const w of workers) await w.close();
-    for (const r of receivers) await r.close();
-    await services.close();
-    await rt.close();
-    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
-  });
-  return {
-    rt,
-    store,
-    services,
-    async worker() {
-      const w = await createWorker(rt);
-      workers.push(w);
-      return w;
-    },
-    async receiver(b?: Receiver['behave']) {
-      const r = await startReceiver(b);
-      receivers.push(r);
-      return r;
-    },
-  };
-}
+const setup = (partitions?: number, env: Record<string, string> = {}) =>
+  routerHarness(cleanup, env, partitions);
 
 async function submitAll(s: Awaited<ReturnType<typeof setup>>, tid: string, ids: string[]): Promise<void> {
   for (let i = 0; i < ids.length; i += 100)

@@ -1,21 +1,5 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  createSpillTopic,
-  dropSpillTopic,
-  makeEndpoint,
-  makeEvent,
-  makeTenant,
-  type Receiver,
-  routerRuntime,
-  startReceiver,
-} from '../helpers/router-fixtures.ts';
+import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { scrape } from '../helpers/router-metrics.ts';
 import { waitFor } from '../helpers/spawn.ts';
 
@@ -29,40 +13,7 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
 
-async function setup(env: Record<string, string> = {}) {
-  const rt: Runtime = routerRuntime(env);
-  await createSpillTopic(rt);
-  const store = new ConfigStore(rt.redis, rt.keys);
-  const services = createRouterServices(rt);
-  const workers = new Set<WorkerHandle>();
-  const receivers: Receiver[] = [];
-  cleanup.push(async () => {
-    for (const w of workers) await w.close();
-    for (const r of receivers) await r.close();
-    await services.close();
-    await rt.close();
-    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
-  });
-  return {
-    rt,
-    store,
-    services,
-    async worker() {
-      const w = await createWorker(rt);
-      workers.add(w);
-      return w;
-    },
-    async stopWorker(w: WorkerHandle) {
-      await w.close();
-      workers.delete(w);
-    },
-    async receiver(b?: Receiver['behave']) {
-      const r = await startReceiver(b);
-      receivers.push(r);
-      return r;
-    },
-  };
-}
+const setup = (env: Record<string, string> = {}) => routerHarness(cleanup, env);
 
 const submitAll = (s: Awaited<ReturnType<typeof setup>>, tid: string, ids: string[]) =>
   Promise.all(ids.map((id) => s.services.intake.submit(makeEvent(tid, id))));

@@ -1,7 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type ConfigStore, createRuntime, ensureSpillTopic, type Runtime } from '@spillway/router';
+import {
+  ConfigStore,
+  createRouterServices,
+  createRuntime,
+  createWorker,
+  ensureSpillTopic,
+  type Runtime,
+  type WorkerHandle,
+} from '@spillway/router';
 import type { Endpoint, SpillwayEvent, Tenant, TenantLimits } from '@spillway/shared';
 import { Kafka, logLevel } from 'kafkajs';
 import { testConfig } from './env.ts';
@@ -118,4 +126,57 @@ export async function dropSpillTopic(brokers: string[], topic: string): Promise<
   } finally {
     await admin.disconnect().catch(() => {});
   }
+}
+
+/** One router under test: runtime, spill topic, config store, services, and workers/receivers on demand. */
+export interface RouterHarness {
+  rt: Runtime;
+  store: ConfigStore;
+  services: ReturnType<typeof createRouterServices>;
+  worker(): Promise<WorkerHandle>;
+  stopWorker(w: WorkerHandle): Promise<void>;
+  receiver(behave?: Receiver['behave']): Promise<Receiver>;
+}
+
+/**
+ * Builds a RouterHarness against the suite's Redis and Kafka (random prefix and topic) and pushes
+ * its teardown — workers, receivers, services, runtime, topic — onto `cleanup` (run in afterEach).
+ */
+export async function routerHarness(
+  cleanup: (() => Promise<void>)[],
+  env: Record<string, string> = {},
+  partitions?: number,
+): Promise<RouterHarness> {
+  const rt = routerRuntime(env);
+  await createSpillTopic(rt, partitions);
+  const store = new ConfigStore(rt.redis, rt.keys);
+  const services = createRouterServices(rt);
+  const workers = new Set<WorkerHandle>();
+  const receivers: Receiver[] = [];
+  cleanup.push(async () => {
+    for (const w of workers) await w.close();
+    for (const r of receivers) await r.close();
+    await services.close();
+    await rt.close();
+    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
+  });
+  return {
+    rt,
+    store,
+    services,
+    async worker() {
+      const w = await createWorker(rt);
+      workers.add(w);
+      return w;
+    },
+    async stopWorker(w) {
+      await w.close();
+      workers.delete(w);
+    },
+    async receiver(behave) {
+      const r = await startReceiver(behave);
+      receivers.push(r);
+      return r;
+    },
+  };
 }
