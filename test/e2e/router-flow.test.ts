@@ -82,6 +82,37 @@ describe('router flow', () => {
     expect((await s.services.getEvent(t.id, 'f0'))!.deliveries[0]!.attempts).toBe(1);
   });
 
+  it('schedule 100ms,200ms,400ms: an always-500 endpoint gets exactly 4 attempts with one webhook-id, then the DLQ; replay delivers once more', async () => {
+    const s = await setup({ SPILLWAY_RETRY_SCHEDULE: '100ms,200ms,400ms' });
+    let healthy = false;
+    const ids: string[] = [];
+    const r = await s.receiver((req) => {
+      ids.push(String(req.headers['webhook-id']));
+      return { status: healthy ? 200 : 500 };
+    });
+    const t = await makeTenant(s.store);
+    const ep = await makeEndpoint(s.store, t.id, r.url);
+    await s.worker();
+    await s.services.intake.submit(makeEvent(t.id, 'always-500'));
+    await waitFor(async () => (await s.services.listDlq(t.id)).length === 1, 'the DLQ entry');
+    // Nothing more arrives after the last attempt.
+    await new Promise((res) => setTimeout(res, 1000));
+    expect(ids).toEqual(['always-500', 'always-500', 'always-500', 'always-500']);
+    expect((await s.services.listDlq(t.id))[0]).toMatchObject({
+      endpointId: ep.id,
+      attempts: 4,
+      lastError: 'http_500',
+    });
+
+    healthy = true;
+    expect(await s.services.replayDlq(t.id)).toBe(1);
+    await waitFor(() => r.got.size === 1, 'the replayed delivery');
+    await new Promise((res) => setTimeout(res, 500));
+    expect(ids).toHaveLength(5);
+    expect(r.got.get('always-500')).toBe(1);
+    expect(await s.services.listDlq(t.id)).toEqual([]);
+  });
+
   it('a 410 Gone is permanent: straight to the DLQ without retries, and the endpoint is disabled', async () => {
     const s = await setup();
     const r = await s.receiver(() => ({ status: 410 }));
