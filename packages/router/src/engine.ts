@@ -211,7 +211,8 @@ export class Engine {
         this.#held.set(task.tenantId, set);
       }
       set.add(held);
-      const handoff = handoffMs === undefined ? undefined : setTimeout(() => held.withdraw.abort(), handoffMs);
+      const handoff =
+        handoffMs === undefined ? undefined : setTimeout(() => held.withdraw.abort(), handoffMs);
       // Straight to delivery: it waits for rate tokens holding no slot, then for one of the
       // tenant's concurrency slots; a pause withdraws it from either wait (#withdrawBlocked).
       void this.#attempt(held, v.tenant!, ep).finally(() => {
