@@ -16,5 +16,41 @@ process.emitWarning = function (warning, ...rest) {
   if (type === 'TimeoutNegativeWarning' || warning?.name === 'TimeoutNegativeWarning') return;
   return emitWarning.call(process, warning, ...rest);
 };
+// Memory tuning for the roles that run a worker (`start`, role worker or all; see docs/operations.md,
+// "Worker memory"). V8's defaults let a busy worker's young generation commit 128 MiB and its old
+// space grow to ~4× the live heap before a full GC, and RSS keeps that high-water mark: with a
+// spilled backlog the worker sat at ~700-1000 MiB RSS over a ~100 MiB live heap. A 16 MiB
+// semi-space, a 1.5× old-space growing factor and two malloc arenas roughly halve that. The
+// flags must be set at startup, so the process re-executes itself once (process.execve keeps the
+// pid, so supervisors and signals are unaffected). Flags or MALLOC_ARENA_MAX given explicitly
+// (command line, NODE_OPTIONS, env) win; SPILLWAY_NODE_TUNING=0 turns this off.
+const TUNED_ENV = 'SPILLWAY_NODE_TUNED';
+const argv = process.argv.slice(2);
+const roleArg = argv.findIndex((a) => a === '--role' || a.startsWith('--role='));
+const role =
+  roleArg < 0 ? 'all' : argv[roleArg].includes('=') ? argv[roleArg].split('=')[1] : argv[roleArg + 1];
+if (
+  argv[0] === 'start' &&
+  (role === 'worker' || role === 'all') &&
+  process.env[TUNED_ENV] === undefined &&
+  process.env.SPILLWAY_NODE_TUNING !== '0' &&
+  typeof process.execve === 'function'
+) {
+  const given = `${process.execArgv.join(' ')} ${process.env.NODE_OPTIONS ?? ''}`.replaceAll('_', '-');
+  const flags = [
+    ['--max-semi-space-size', '--max-semi-space-size=16'],
+    ['--heap-growing-percent', '--heap-growing-percent=50'],
+  ]
+    .filter(([name]) => !given.includes(name))
+    .map(([, flag]) => flag);
+  const env = { ...process.env, [TUNED_ENV]: '1' };
+  env.MALLOC_ARENA_MAX ??= '2';
+  const { fileURLToPath } = await import('node:url');
+  process.execve(
+    process.execPath,
+    [process.execPath, ...process.execArgv, ...flags, fileURLToPath(import.meta.url), ...argv],
+    env,
+  );
+}
 const { main } = await import('../src/cli/main.ts');
 await main(process.argv);

@@ -23,6 +23,12 @@ interface Item {
  * intake job, a retry job or the drainer's uncommitted offset) still owns the task. Sends that
  * fail are retried with backoff until they succeed or the producer closes — a broker restart is
  * ridden out without a process restart.
+ *
+ * One send at a time (the producer allows one request in flight anyway): tasks wait as tasks and
+ * are serialized only when their send starts, so a burst of spills (256 intake jobs of a paused
+ * tenant) holds at most one request's worth of wire strings and encoded record batches, not the
+ * whole burst's (measured: that was hundreds of MiB of young garbage promoted to old space).
+ * Tasks that arrive during a send go together in the next one.
  */
 export class SpillProducer {
   readonly #kafka: Kafka;
@@ -33,7 +39,8 @@ export class SpillProducer {
   #buf: Item[] = [];
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
-  #inflight = new Set<Promise<void>>();
+  /** The send loop while it runs (it drains #buf, one request at a time). */
+  #pumping: Promise<void> | undefined;
   /** Records acknowledged by Kafka (for stats/tests). */
   sent = 0;
 
@@ -47,6 +54,7 @@ export class SpillProducer {
     if (this.#closed) return Promise.reject(new Error('spill producer closed'));
     return new Promise<void>((resolve) => {
       this.#buf.push({ task, resolve });
+      if (this.#pumping) return; // the running loop takes it with its next send
       if (this.#buf.length >= MAX_BATCH) this.#flush();
       else this.#timer ??= setTimeout(() => this.#flush(), FLUSH_MS);
     });
@@ -76,24 +84,40 @@ export class SpillProducer {
   #flush(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
-    const batch = this.#buf;
-    this.#buf = [];
-    let chunk: { items: Item[]; values: string[]; bytes: number } = { items: [], values: [], bytes: 0 };
-    const sendChunk = () => {
-      if (chunk.items.length === 0) return;
-      const p = this.#send(chunk.items, chunk.values);
-      this.#inflight.add(p);
-      void p.finally(() => this.#inflight.delete(p));
-      chunk = { items: [], values: [], bytes: 0 };
-    };
-    for (const it of batch) {
-      const value = JSON.stringify(taskToWire(it.task));
-      if (chunk.bytes > 0 && chunk.bytes + value.length > MAX_SEND_BYTES) sendChunk();
-      chunk.items.push(it);
-      chunk.values.push(value);
-      chunk.bytes += value.length;
+    if (this.#pumping || this.#buf.length === 0) return;
+    this.#pumping = this.#pump().finally(() => {
+      this.#pumping = undefined;
+      // Defensive: anything pushed after the loop's last look starts a new one.
+      if (this.#buf.length > 0) this.#flush();
+    });
+  }
+
+  /** Sends #buf in requests of ≤ MAX_SEND_BYTES of values, one after the other, until it is empty. */
+  async #pump(): Promise<void> {
+    while (this.#buf.length > 0) {
+      const batch = this.#buf;
+      this.#buf = [];
+      let i = 0;
+      let next: string | undefined;
+      while (i < batch.length) {
+        const items: Item[] = [];
+        const values: string[] = [];
+        let bytes = 0;
+        for (; i < batch.length; i++) {
+          const value = next ?? JSON.stringify(taskToWire(batch[i]!.task));
+          next = undefined;
+          // A record larger than the limit goes alone; otherwise it starts the next send.
+          if (bytes > 0 && bytes + value.length > MAX_SEND_BYTES) {
+            next = value;
+            break;
+          }
+          items.push(batch[i]!);
+          values.push(value);
+          bytes += value.length;
+        }
+        await this.#send(items, values);
+      }
     }
-    sendChunk();
   }
 
   async #send(batch: Item[], values: string[]): Promise<void> {
@@ -130,7 +154,7 @@ export class SpillProducer {
 
   async close(): Promise<void> {
     this.#flush();
-    await Promise.allSettled([...this.#inflight]);
+    while (this.#pumping) await this.#pumping.catch(() => {});
     this.#closed = true;
     await this.#producer?.disconnect().catch(() => {});
   }
