@@ -9,11 +9,11 @@ import {
   tenantTag,
 } from '@spillway/shared';
 import { Queue } from 'bullmq';
-import { type RouterCommands, withCommands } from './commands/index.ts';
+import { type PipeCommands, type RouterCommands, withCommands } from './commands/index.ts';
 import { eventToWire, type WireEvent } from './fanout.ts';
 import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from './metrics.ts';
 import { RECORD_TTL_S } from './records.ts';
-import { firstError, pipelineByTag } from './slots.ts';
+import { firstError, groupByTenant, type PipeResult, pipelineByTag } from './slots.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
 export interface IntakeJobData {
@@ -32,6 +32,14 @@ export const INTAKE_JOB_OPTS = {
 
 /** Largest batch one group commit makes durable. */
 const MAX_BATCH = 256;
+/**
+ * Group commits in flight at once before new events wait for the timer. While fewer are in flight,
+ * a batch goes out at the end of the current event-loop turn (every submit of that turn joins it)
+ * instead of waiting groupCommitMs; while they are, events accumulate and go out when one finishes
+ * (or when the timer fires, whichever is first). Under load the batch is what arrived during one
+ * commit's round trips, without a fixed wait in front of each.
+ */
+const MAX_COMMITS_IN_FLIGHT = 1;
 /** How long a "pending" marker lives: long enough for one commit, short enough that a crash frees the id soon. */
 const PENDING_TTL_MS = 30_000;
 /** How long a submit waits for another process's pending marker to settle before answering 503. */
@@ -56,8 +64,8 @@ interface Pending {
 }
 
 /**
- * The durable intake: collects submitted events for ≤ groupCommitMs (or MAX_BATCH events) and makes
- * the batch durable as ONE BullMQ job; each caller resolves only after Redis acknowledged it.
+ * The durable intake: collects submitted events for ≤ groupCommitMs (or MAX_BATCH events; at once
+ * when no commit is in flight, see MAX_COMMITS_IN_FLIGHT) and makes the batch durable as ONE BullMQ job; each caller resolves only after Redis acknowledged it.
  *
  * Dedup never lets a marker claim "done" for an event that is not durable: markers are reserved as
  * `p:<token>` (short TTL) before the job is added, promoted to `d` with the full window after, and
@@ -75,6 +83,8 @@ export class DurableIntake implements Intake {
   readonly #inflight = new Map<string, Promise<{ id: string; duplicate: boolean }>>();
   #batch: Pending[] = [];
   #timer: NodeJS.Timeout | undefined;
+  #soon: NodeJS.Immediate | undefined;
+  #committing = 0;
   #closed = false;
 
   constructor(opts: IntakeOptions) {
@@ -121,6 +131,7 @@ export class DurableIntake implements Intake {
     };
     p.then(clear, clear);
     if (this.#batch.length >= MAX_BATCH) this.#flush();
+    else if (this.#committing < MAX_COMMITS_IN_FLIGHT) this.#soon ??= setImmediate(() => this.#flush());
     else this.#timer ??= setTimeout(() => this.#flush(), this.#groupMs);
     return p;
   }
@@ -128,9 +139,19 @@ export class DurableIntake implements Intake {
   #flush(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
+    if (this.#soon) clearImmediate(this.#soon);
+    this.#soon = undefined;
     const batch = this.#batch;
     this.#batch = [];
-    if (batch.length > 0) void this.#commit(batch);
+    if (batch.length === 0) return;
+    this.#committing++;
+    void this.#commit(batch)
+      .catch((err: Error) => this.#logger.error({ err: err.message }, 'intake commit threw'))
+      .finally(() => {
+        this.#committing--;
+        // Events that arrived during this commit go out now rather than after the timer.
+        if (this.#batch.length > 0 && this.#committing < MAX_COMMITS_IN_FLIGHT) this.#flush();
+      });
   }
 
   async #commit(batch: Pending[]): Promise<void> {
@@ -142,22 +163,38 @@ export class DurableIntake implements Intake {
     try {
       await withTimeout(
         (async () => {
-          // One pipeline per tenant on a Redis Cluster (a tenant's keys share one slot), one in all otherwise.
+          // One Lua call per tenant (its keys share one slot), all in one pipeline on standalone
+          // Redis, one pipeline per tenant on a Redis Cluster.
+          const groups = groupByTenant(batch, (p) => p.event.tenantId);
           const res = await pipelineByTag(
             this.#redis,
-            batch,
-            (p) => tenantTag(p.event.tenantId),
-            (pipe, p) => pipe.set(p.key, marker, 'PX', PENDING_TTL_MS, 'NX', 'GET'),
+            groups,
+            ([tid]) => tenantTag(tid),
+            (pipe, [, ps]) =>
+              (pipe as unknown as PipeCommands).dedupReserve(
+                ps.length,
+                ...ps.map((p) => p.key),
+                marker,
+                PENDING_TTL_MS,
+              ),
           );
           const foreign: Pending[] = [];
           let failed: Error | undefined;
-          res.forEach((r, i) => {
-            const [err, old] = r[0] ?? [new Error('pipeline aborted'), null];
-            const p = batch[i]!;
-            if (err) failed ??= err;
-            else if (old === null) reserved.push(p);
-            else if (old === DONE) p.resolve({ id: p.event.id, duplicate: true });
-            else foreign.push(p);
+          groups.forEach(([, ps], g) => {
+            const [err, olds] = res[g]![0] ?? [new Error('pipeline aborted'), null];
+            if (err) {
+              failed ??= err;
+              // The script may have set some markers before it failed: release them with the rest
+              // (dedupRelease deletes a marker only if it is still ours).
+              for (const p of ps) reserved.push(p);
+              return;
+            }
+            ps.forEach((p, k) => {
+              const old = (olds as (string | number)[])[k];
+              if (old === 0) reserved.push(p);
+              else if (old === DONE) p.resolve({ id: p.event.id, duplicate: true });
+              else foreign.push(p);
+            });
           });
           // A tenant's pipeline failed (its node is down): the whole batch answers 503, and every
           // marker we did reserve is released in the catch below.
@@ -195,20 +232,16 @@ export class DurableIntake implements Intake {
     // record, so a GET right after the 202 finds the event (its deliveries appear at fan-out).
     // Neither write owns anything: if they fail the answer is still 202, and the worker promotes
     // the markers and writes the record when it processes the job.
-    const promoted = await pipelineByTag(
+    const promoted = await acceptEvents(
       this.#redis,
-      reserved,
-      (p) => tenantTag(p.event.tenantId),
-      (pipe, p) => {
-        pipe.set(p.key, DONE, 'PX', this.#windowMs);
-        const rec = this.#keys.event(p.event.tenantId, p.event.id);
-        pipe.hsetnx(
-          rec,
-          'meta',
-          JSON.stringify({ id: p.event.id, type: p.event.type, receivedAt: p.event.receivedAt }),
-        );
-        pipe.expire(rec, RECORD_TTL_S);
-      },
+      this.#keys,
+      reserved.map((p) => ({
+        tid: p.event.tenantId,
+        id: p.event.id,
+        meta: recordMeta(p.event.id, p.event.type, p.event.receivedAt),
+        endpointIds: [],
+      })),
+      this.#windowMs,
     );
     const promoteErr = firstError(promoted);
     if (promoteErr)
@@ -257,6 +290,59 @@ export async function promoteDedup(
   );
   const err = firstError(res);
   if (err) throw err;
+}
+
+/** The `meta` field of an event's delivery record. */
+export function recordMeta(id: string, type: string, receivedAt: number): string {
+  return JSON.stringify({ id, type, receivedAt });
+}
+
+/** One event made durable: its dedup marker is promoted and (unless `meta` is undefined) its record created. */
+export interface AcceptedEvent {
+  tid: string;
+  id: string;
+  /** Record meta JSON; undefined = promote the marker only (e.g. an unknown tenant). */
+  meta: string | undefined;
+  /** Endpoints the event fanned out to: a pending record each, unless one exists. */
+  endpointIds: readonly string[];
+}
+
+/**
+ * Promotes the dedup markers of durable events to "done" for the window and creates their delivery
+ * records (`commands/events-accept-n.lua`): ONE Lua call per tenant, one pipeline on standalone
+ * Redis. Idempotent (HSETNX). The intake calls it after the job add (meta only, no endpoints).
+ * Returns pipelineByTag's per-tenant results.
+ */
+export async function acceptEvents(
+  redis: RedisClient,
+  keys: Keys,
+  events: readonly AcceptedEvent[],
+  windowMs: number,
+): Promise<PipeResult[][]> {
+  const r = withCommands(redis);
+  return pipelineByTag(
+    r,
+    groupByTenant(events, (e) => e.tid),
+    ([tid]) => tenantTag(tid),
+    (pipe, [tid, evs]) => {
+      const ks: string[] = [];
+      const args: (string | number)[] = [windowMs, RECORD_TTL_S];
+      for (const e of evs) {
+        ks.push(keys.dedup(tid, e.id), keys.event(tid, e.id));
+        if (e.meta === undefined) args.push('', 0);
+        else {
+          args.push(e.meta, e.endpointIds.length);
+          for (const ep of e.endpointIds) args.push(`ep:${ep}`, pendingRecord(ep));
+        }
+      }
+      (pipe as unknown as PipeCommands).eventsAccept(ks.length, ...ks, ...args);
+    },
+  );
+}
+
+/** A pending DeliveryRecord's JSON (what fan-out writes before the first attempt). */
+function pendingRecord(endpointId: string): string {
+  return `{"endpointId":${JSON.stringify(endpointId)},"status":"pending","attempts":0}`;
 }
 
 export function createIntake(rt: {

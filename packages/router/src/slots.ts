@@ -58,6 +58,21 @@ export async function pipelineByTag<T>(
   return out;
 }
 
+/**
+ * Items grouped by tenant, in first-seen order: the unit of one Lua call (all keys of one tenant
+ * share its hash tag, hence one slot on Redis Cluster).
+ */
+export function groupByTenant<T>(items: readonly T[], tidOf: (item: T) => string): [string, T[]][] {
+  const groups = new Map<string, T[]>();
+  for (const it of items) {
+    const tid = tidOf(it);
+    const g = groups.get(tid);
+    if (g) g.push(it);
+    else groups.set(tid, [it]);
+  }
+  return [...groups.entries()];
+}
+
 /** The first error in a pipelineByTag result, if any. */
 export function firstError(res: PipeResult[][]): Error | undefined {
   for (const r of res) for (const [err] of r) if (err) return err;
