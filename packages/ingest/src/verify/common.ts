@@ -74,3 +74,28 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> | undefin
     return undefined;
   }
 }
+
+/**
+ * The body half of the providers whose event is a JSON object (stripe, standard): HMAC the streamed
+ * body, accept it if any `given` signature matches, then take id and type from the body
+ * (`pickId` says where the id comes from).
+ */
+export function jsonEventVerifier(
+  mac: Hmac,
+  given: readonly Buffer[],
+  text: { noMatch: string; notObject: string; id: string },
+  pickId: (json: Record<string, unknown>) => unknown,
+): Prepared {
+  return {
+    ok: true,
+    verifier: {
+      update: (chunk) => void mac.update(chunk),
+      finish(body) {
+        if (!anyEqual(mac.digest(), given)) return refuse(401, 'bad_signature', text.noMatch);
+        const json = parseJsonObject(body);
+        if (!json) return refuse(400, 'bad_event', text.notObject);
+        return identify(pickId(json), json.type, { id: text.id, type: 'body type' });
+      },
+    },
+  };
+}

@@ -1,12 +1,4 @@
-import {
-  anyEqual,
-  hmacSha256,
-  identify,
-  type Prepared,
-  parseJsonObject,
-  refuse,
-  timestampFresh,
-} from './common.ts';
+import { hmacSha256, jsonEventVerifier, type Prepared, refuse, timestampFresh } from './common.ts';
 
 /**
  * Standard Webhooks (standardwebhooks.com): `webhook-id`, `webhook-timestamp`, and
@@ -32,18 +24,14 @@ export function prepareStandard(secret: string, headers: Record<string, string>,
   }
   if (given.length === 0) return refuse(401, 'missing_signature', 'webhook-signature has no v1 signature');
   const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
-  const mac = hmacSha256(key, `${id}.${ts}.`);
-  return {
-    ok: true,
-    verifier: {
-      update: (chunk) => void mac.update(chunk),
-      finish(body) {
-        if (!anyEqual(mac.digest(), given))
-          return refuse(401, 'bad_signature', 'no webhook-signature matches the body');
-        const json = parseJsonObject(body);
-        if (!json) return refuse(400, 'bad_event', 'a Standard Webhooks body must be a JSON object');
-        return identify(id, json.type, { id: 'webhook-id', type: 'body type' });
-      },
+  return jsonEventVerifier(
+    hmacSha256(key, `${id}.${ts}.`),
+    given,
+    {
+      noMatch: 'no webhook-signature matches the body',
+      notObject: 'a Standard Webhooks body must be a JSON object',
+      id: 'webhook-id',
     },
-  };
+    () => id,
+  );
 }

@@ -1,12 +1,4 @@
-import {
-  anyEqual,
-  hmacSha256,
-  identify,
-  type Prepared,
-  parseJsonObject,
-  refuse,
-  timestampFresh,
-} from './common.ts';
+import { hmacSha256, jsonEventVerifier, type Prepared, refuse, timestampFresh } from './common.ts';
 
 const HEX64 = /^[0-9a-fA-F]{64}$/;
 
@@ -34,18 +26,14 @@ export function prepareStripe(secret: string, headers: Record<string, string>, n
   // Decided before the body: a stale timestamp is a replay whatever the body says.
   if (!timestampFresh(Number(t), nowMs))
     return refuse(401, 'timestamp', 'Stripe-Signature timestamp outside the 300 s tolerance');
-  const mac = hmacSha256(secret, `${t}.`);
-  return {
-    ok: true,
-    verifier: {
-      update: (chunk) => void mac.update(chunk),
-      finish(body) {
-        if (!anyEqual(mac.digest(), v1))
-          return refuse(401, 'bad_signature', 'no Stripe-Signature v1 matches the body');
-        const json = parseJsonObject(body);
-        if (!json) return refuse(400, 'bad_event', 'a Stripe event body must be a JSON object');
-        return identify(json.id, json.type, { id: 'body id', type: 'body type' });
-      },
+  return jsonEventVerifier(
+    hmacSha256(secret, `${t}.`),
+    v1,
+    {
+      noMatch: 'no Stripe-Signature v1 matches the body',
+      notObject: 'a Stripe event body must be a JSON object',
+      id: 'body id',
     },
-  };
+    (json) => json.id,
+  );
 }
