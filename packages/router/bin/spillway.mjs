@@ -11,7 +11,7 @@ if (major < 24) {
 // as a TimeoutNegativeWarning on every start (Node treats the delay as 1 ms: harmless). Drop that
 // one warning; every other still prints.
 const emitWarning = process.emitWarning;
-process.emitWarning = function (warning, ...rest) {
+process.emitWarning = (warning, ...rest) => {
   const type = typeof rest[0] === 'string' ? rest[0] : rest[0]?.type;
   if (type === 'TimeoutNegativeWarning' || warning?.name === 'TimeoutNegativeWarning') return;
   return emitWarning.call(process, warning, ...rest);

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import SwaggerParser from '@apidevtools/swagger-parser';
+import { type Started, start } from '@spillway/router/testing';
 import { createKeys } from '@spillway/shared';
 import { Ajv } from 'ajv';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
-import { type Started, start } from '../src/start.ts';
 
 /** The admin API through real HTTP on a real `start('admin')` against the suite's Redis and Kafka. */
 let s: Started;

@@ -5,12 +5,12 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { type Started, start } from '@spillway/router/testing';
 import { createKeys } from '@spillway/shared';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
 import { waitFor } from '../../../test/helpers/spawn.ts';
-import { type Started, start } from '../src/start.ts';
 
 /**
  * Events, DLQ and stats routes against a real `start('all')` (admin + worker + ingest in one

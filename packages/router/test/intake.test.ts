@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
+import { readEvent } from '@spillway/router/testing';
 import { isSpillwayError } from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
 import { makeEvent, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
 import { createIntake, createRuntime, type Runtime } from '../src/index.ts';
-import { readEvent } from '../src/records.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {

@@ -6,6 +6,7 @@
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { ConfigStore } from '@spillway/router';
 import {
   createKeys,
   createRedis,
@@ -15,7 +16,6 @@ import {
   type Tenant,
 } from '@spillway/shared';
 import { Kafka, logLevel } from 'kafkajs';
-import { ConfigStore } from '../../../packages/router/src/store.ts';
 import { type Proc, run, sleep, until } from './procs.ts';
 
 export const SPILLWAY_BIN = fileURLToPath(
@@ -223,7 +223,7 @@ export async function postGithub(
  * benchmark measures that hop). Used to feed the delivery benchmarks.
  */
 export async function openIntake(c: SpillwayCluster) {
-  const { createIntake } = await import('../../../packages/router/src/intake.ts');
+  const { createIntake } = await import('@spillway/router');
   const { createLogger } = await import('@spillway/shared');
   const config = loadConfig(c.env);
   const intake = createIntake({

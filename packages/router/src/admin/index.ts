@@ -2,11 +2,11 @@ import swagger from '@fastify/swagger';
 import { errors, isSpillwayError, requireAdminToken, type SpillwayError, VERSION } from '@spillway/shared';
 import { Ajv } from 'ajv';
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
-import type { RoleContext, RoleHandle } from '../roles.ts';
-import { createRouterServices } from '../router-services.ts';
-import type { Runtime } from '../runtime.ts';
-import { ConfigStore } from '../store.ts';
+import { ConfigStore } from '../config/store.ts';
+import type { RoleContext, RoleHandle } from '../roles/roles.ts';
+import type { Runtime } from '../roles/runtime.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
+import { createRouterServices } from './router-services.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
 
 declare module 'fastify' {

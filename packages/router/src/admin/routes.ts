@@ -10,10 +10,10 @@ import {
 } from '@spillway/shared';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
-import type { RouterServices } from '../services.ts';
-import type { ConfigStore } from '../store.ts';
+import type { ConfigStore } from '../config/store.ts';
 import type { ApiKeys } from './auth.ts';
 import * as s from './schemas.ts';
+import type { RouterServices } from './services.ts';
 
 export interface AdminDeps {
   store: ConfigStore;

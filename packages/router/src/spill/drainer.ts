@@ -1,9 +1,9 @@
 import type { Logger } from '@spillway/shared';
 import type { Admin, Consumer, EachBatchPayload, Kafka } from 'kafkajs';
-import type { TenantCounters } from '../counters.ts';
-import type { Engine } from '../engine.ts';
-import { type DeliveryTask, taskFromWire, type WireTask } from '../fanout.ts';
 import { spillAdmittedTotal, spillLookaheadRecords, spillReappendedTotal } from '../metrics.ts';
+import type { TenantCounters } from '../records/counters.ts';
+import type { Engine } from '../worker/engine.ts';
+import { type DeliveryTask, taskFromWire, type WireTask } from '../worker/fanout.ts';
 import type { SpillProducer } from './producer.ts';
 
 /**

@@ -1,7 +1,7 @@
 import type { Logger } from '@spillway/shared';
 import type { Kafka, Producer } from 'kafkajs';
-import { type DeliveryTask, taskToWire } from '../fanout.ts';
 import { spillProducedTotal } from '../metrics.ts';
+import { type DeliveryTask, taskToWire } from '../worker/fanout.ts';
 
 const FLUSH_MS = 2;
 const MAX_BATCH = 500;

@@ -9,11 +9,11 @@ import {
   tenantTag,
 } from '@spillway/shared';
 import { Queue } from 'bullmq';
-import { type PipeCommands, type RouterCommands, withCommands } from './commands/index.ts';
-import { eventToWire, type WireEvent } from './fanout.ts';
-import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from './metrics.ts';
-import { RECORD_TTL_S } from './records.ts';
-import { firstError, groupByTenant, type PipeResult, pipelineByTag } from './slots.ts';
+import { type PipeCommands, type RouterCommands, withCommands } from '../commands/index.ts';
+import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from '../metrics.ts';
+import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
+import { RECORD_TTL_S } from '../records/records.ts';
+import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
 export interface IntakeJobData {

@@ -1,5 +1,5 @@
 import { type Keys, type Logger, type RedisClient, tenantTag } from '@spillway/shared';
-import { firstError, pipelineByTag } from './slots.ts';
+import { firstError, pipelineByTag } from './pipeline.ts';
 
 /**
  * Per-tenant counters shared by all workers, in the hash `keys.tenantCounters(tid)`:

@@ -1,15 +1,15 @@
 import { createHash } from 'node:crypto';
 import type { DlqEntry } from '@spillway/shared';
 import { Queue } from 'bullmq';
-import { withCommands } from './commands/index.ts';
-import { readTenantCounters } from './counters.ts';
-import { createIntake } from './intake.ts';
-import { readDlq, readEvent } from './records.ts';
-import { RETRY_JOB_OPTS, type RetryJobData } from './retry.ts';
-import type { Runtime } from './runtime.ts';
+import { withCommands } from '../commands/index.ts';
+import { ConfigStore } from '../config/store.ts';
+import { createIntake } from '../intake/intake.ts';
+import { readTenantCounters } from '../records/counters.ts';
+import { readDlq, readEvent } from '../records/records.ts';
+import { readWorkerStats } from '../records/stats.ts';
+import { RETRY_JOB_OPTS, type RetryJobData } from '../retry/scheduler.ts';
+import type { Runtime } from '../roles/runtime.ts';
 import type { EndpointStats, EventView, RouterServices, TenantStats } from './services.ts';
-import { readWorkerStats } from './stats.ts';
-import { ConfigStore } from './store.ts';
 
 /** Replay moves the DLQ in chunks: one retry job per chunk, then the chunk's entries are removed. */
 const REPLAY_CHUNK = 200;

@@ -1,6 +1,6 @@
 import type { DeliveryTask } from '@spillway/delivery';
 import type { Endpoint, SpillwayEvent } from '@spillway/shared';
-import { matchesEventType } from './store.ts';
+import { matchesEventType } from '../config/store.ts';
 
 /**
  * One delivery of one event to one endpoint (the type is delivery's): the unit that is held in a

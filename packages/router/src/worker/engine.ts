@@ -1,13 +1,13 @@
 import type { DeliveryRecord, Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
-import type { TenantCounters as SharedCounters } from './counters.ts';
+import type { ConfigCache, ConfigStore } from '../config/store.ts';
+import { addGaugeSource, dlqWritesTotal } from '../metrics.ts';
+import type { TenantCounters as SharedCounters } from '../records/counters.ts';
+import { pushDlq, type RecordWriter } from '../records/records.ts';
+import type { RetryScheduler } from '../retry/scheduler.ts';
+import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
 import type { DeliveryPort } from './deliver.ts';
 import type { DeliveryTask } from './fanout.ts';
-import { addGaugeSource, dlqWritesTotal } from './metrics.ts';
-import { pushDlq, type RecordWriter } from './records.ts';
-import type { RetryScheduler } from './retry.ts';
-import type { SpillProducer } from './spill/producer.ts';
-import type { ConfigCache, ConfigStore } from './store.ts';
 
 /** A tenant's config as this worker last loaded it. */
 export interface TenantView {

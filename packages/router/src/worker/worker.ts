@@ -1,18 +1,18 @@
 import { createRedis, type RedisClient } from '@spillway/shared';
 import { type Job, Queue, Worker } from 'bullmq';
-import { TenantCounters } from './counters.ts';
+import { ConfigCache, ConfigStore } from '../config/store.ts';
+import { type IntakeJobData, promoteDedup } from '../intake/intake.ts';
+import { TenantCounters } from '../records/counters.ts';
+import { RecordWriter } from '../records/records.ts';
+import { startStatsPublisher } from '../records/stats.ts';
+import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
+import type { RoleContext, RoleHandle } from '../roles/roles.ts';
+import type { Runtime } from '../roles/runtime.ts';
+import { Drainer } from '../spill/drainer.ts';
+import { SpillProducer } from '../spill/producer.ts';
 import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
 import { Engine } from './engine.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
-import { type IntakeJobData, promoteDedup } from './intake.ts';
-import { RecordWriter } from './records.ts';
-import { type RetryJobData, RetryScheduler } from './retry.ts';
-import type { RoleContext, RoleHandle } from './roles.ts';
-import type { Runtime } from './runtime.ts';
-import { Drainer } from './spill/drainer.ts';
-import { SpillProducer } from './spill/producer.ts';
-import { startStatsPublisher } from './stats.ts';
-import { ConfigCache, ConfigStore } from './store.ts';
 
 /*
  * Lock of an active intake/retry job (config.jobLockMs, SPILLWAY_JOB_LOCK). BullMQ renews it every

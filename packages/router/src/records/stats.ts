@@ -1,5 +1,5 @@
 import type { Keys, Logger, RedisClient } from '@spillway/shared';
-import type { Engine, WorkerTenantStats } from './engine.ts';
+import type { Engine, WorkerTenantStats } from '../worker/engine.ts';
 
 /** How long a worker's published numbers live without a refresh: a dead worker drops out of the sums. */
 export const STATS_TTL_MS = 5000;

@@ -1,7 +1,7 @@
 import type { DeliveryRecord, DlqEntry, Keys, Logger, RedisClient } from '@spillway/shared';
-import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
-import type { EventView } from './services.ts';
-import { firstError, hashTag, pipelineByTag } from './slots.ts';
+import type { EventView } from '../admin/services.ts';
+import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
+import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
 
 /**
  * Delivery records: one hash per event, `keys.event(tid, eid)`:

@@ -1,7 +1,7 @@
 import type { Logger } from '@spillway/shared';
 import type { Queue } from 'bullmq';
-import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
-import { retryJobsTotal, retryTasksTotal } from './metrics.ts';
+import { retryJobsTotal, retryTasksTotal } from '../metrics.ts';
+import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
 
 /** Data of one retry job: tasks that are due at the same time. */
 export interface RetryJobData {

@@ -8,9 +8,9 @@ import {
   registerKernelDropMetrics,
 } from '@spillway/ingest';
 import { createRedis, type Logger, registry, type Source } from '@spillway/shared';
-import { createIntake } from './intake.ts';
+import { ConfigCache, ConfigStore } from '../config/store.ts';
+import { createIntake } from '../intake/intake.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
-import { ConfigCache, ConfigStore } from './store.ts';
 
 /**
  * Ingest role: the IngestServer from @spillway/ingest (io_uring or node:http per
