@@ -124,7 +124,15 @@ export class SpillwayCluster {
 
   /** Starts `spillway start --role <role>` as a child process and waits for its URLs. */
   async startRole(role: RoleName, extra: Record<string, string> = {}, timeoutMs = 45_000): Promise<RoleProc> {
-    const env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...this.env, ...extra };
+    const env: Record<string, string> = {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/root',
+      ...this.env,
+      ...extra,
+    };
+    // SPILLWAY_BENCH_PROFILE=<dir>: each role process writes a V8 CPU profile there when it stops.
+    const prof = process.env.SPILLWAY_BENCH_PROFILE;
+    if (prof) env.NODE_OPTIONS = `--cpu-prof --cpu-prof-dir=${prof}`;
     const proc = run(process.execPath, [SPILLWAY_BIN, 'start', '--role', role], env);
     const adminPort = Number(
       await until(
