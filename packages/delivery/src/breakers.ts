@@ -40,7 +40,7 @@ export class AttemptFailure extends Error {
   }
 }
 
-type Run = (signal: AbortSignal) => Promise<unknown>;
+type Run = () => Promise<unknown>;
 
 interface Entry {
   breaker: CircuitBreaker<[Run], unknown>;
@@ -92,27 +92,18 @@ export class Breakers {
     return `${tenantId}\u0000${endpointId}`;
   }
 
-  /** The endpoint's breaker, created lazily. `timeoutMs` is the endpoint's request timeout. */
-  get(tenantId: string, endpointId: string, timeoutMs: number): Entry {
+  /** The endpoint's breaker, created lazily. */
+  get(tenantId: string, endpointId: string): Entry {
     const key = this.#key(tenantId, endpointId);
     const e = this.#lru.get(key);
-    if (e) {
-      // Safety net only: undici times the request out first (see dispatcher).
-      (e.breaker as unknown as { options: { timeout: number } }).options.timeout = timeoutMs + 5_000;
-      return e;
-    }
+    if (e) return e;
     const breaker: CircuitBreaker<[Run], unknown> = new CircuitBreaker<[Run], unknown>(
-      (run: Run): Promise<unknown> =>
-        run(
-          (breaker as unknown as { getSignal(): AbortSignal | undefined }).getSignal() ??
-            new AbortController().signal,
-        ),
+      (run: Run): Promise<unknown> => run(),
       {
         name: `${tenantId}/${endpointId}`,
-        timeout: timeoutMs + 5_000,
-        // If opossum's own timeout fires, this aborts the request it gave up on.
-        abortController: new AbortController(),
-        autoRenewAbortController: true,
+        // undici's header/body timeouts (the endpoint's timeoutMs) end every attempt; a second
+        // timer per fire here only cost CPU.
+        timeout: false,
         volumeThreshold: this.#opts.volumeThreshold,
         errorThresholdPercentage: this.#opts.errorThresholdPercentage,
         resetTimeout: this.#opts.resetTimeoutMs,

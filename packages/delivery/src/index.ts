@@ -1,5 +1,6 @@
 /** @spillway/delivery — outbound delivery: dispatcher, signing, SSRF guard, retry timing, leased-token limiter. */
 
+export { attemptChannel } from './channels.ts';
 export type { BreakerOptions, BreakerStateName } from './breakers.ts';
 export {
   type AttemptOutcome,
@@ -7,7 +8,7 @@ export {
   type DeliveryTask,
   Dispatcher,
   type DispatcherOptions,
-  type DispatchOptions,
+  type FailureReason,
 } from './dispatcher.ts';
 export { LeasedLimiter, type LeasedLimiterOptions, type LeaseRecord, type LimiterStats } from './limiter.ts';
 export { MAX_RETRY_AFTER_MS, nextRetryDelay, parseRetryAfter } from './retry.ts';

@@ -19,6 +19,8 @@ export interface GaugeSource {
   tasksInMemory(): number;
   /** Event body bytes those tasks hold (bounded by SPILLWAY_WORKER_BODY_BUDGET). */
   bodyBytes(): number;
+  /** Tasks of claimed jobs waiting for room in their tenant's lane. */
+  tasksWaiting?(): number;
 }
 
 const sources = new Set<GaugeSource>();
@@ -188,5 +190,31 @@ export const dlqWritesTotal = once(
       name: 'spillway_dlq_writes_total',
       help: 'Deliveries written to a tenant DLQ (last attempt failed, or a permanent failure)',
       registers: [registry],
+    }),
+);
+
+export const tasksDiscardedTotal = once(
+  'spillway_tasks_discarded_total',
+  () =>
+    new Counter({
+      name: 'spillway_tasks_discarded_total',
+      help: 'Delivery tasks discarded because their tenant or endpoint was deleted (the only tasks that end neither delivered nor in a DLQ)',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
+);
+
+export const tasksWaitingGauge = once(
+  'spillway_worker_tasks_waiting',
+  () =>
+    new Gauge({
+      name: 'spillway_worker_tasks_waiting',
+      help: "Tasks of claimed jobs waiting for room in their tenant's lane (no credit held yet)",
+      registers: [registry],
+      collect() {
+        let n = 0;
+        for (const s of sources) n += s.tasksWaiting?.() ?? 0;
+        this.set(n);
+      },
     }),
 );

@@ -3,6 +3,7 @@ import type { Admin, Consumer, EachBatchPayload, Kafka } from 'kafkajs';
 import { spillAdmittedTotal, spillLookaheadRecords, spillReappendedTotal } from '../metrics.ts';
 import type { TenantCounters } from '../records/counters.ts';
 import type { Engine } from '../worker/engine.ts';
+import type { Owner } from '../worker/lanes.ts';
 import { type DeliveryTask, taskFromWire, type WireTask } from '../worker/fanout.ts';
 import type { SpillProducer } from './producer.ts';
 
@@ -26,7 +27,8 @@ const LOOKAHEAD_BYTES = 256 * 1024;
 
 type State = 'new' | 'running' | 'done';
 
-interface Entry {
+/** One record of the look-ahead; it is the task's Owner while the task is in memory. */
+interface Entry extends Owner {
   offset: string;
   task: DeliveryTask | undefined;
   state: State;
@@ -130,7 +132,16 @@ export class Drainer {
       } catch {
         logger.error({ partition: batch.partition, offset: m.offset }, 'unreadable spill record skipped');
       }
-      return { offset: m.offset, task, state: task ? 'new' : 'done' };
+      const e: Entry = {
+        offset: m.offset,
+        task,
+        state: task ? 'new' : 'done',
+        settle: () => {
+          e.state = 'done';
+          wake();
+        },
+      };
+      return e;
     });
     const started = Date.now();
     // kafkajs's highWatermark is the partition's next offset when the batch was fetched.
@@ -165,24 +176,25 @@ export class Drainer {
         // resolve and a graceful leave causes no duplicates (kafkajs waits for this batch).
         const leaving = !isRunning() || isStale() || this.#stopping;
         if (leaving && !entries.some((e) => e.state === 'running')) break;
+        // One refusal per tenant per pass: the rest of a blocked tenant's records are skipped
+        // without asking again (a flood's look-ahead must not cost a call per record per wake).
+        const refused = new Set<string>();
         for (const e of leaving ? [] : entries) {
           if (e.state !== 'new') continue;
-          const a = engine.tryAdmit(e.task!);
-          if (a === 'blocked') continue;
-          progressed = true;
-          // In memory (or gone) now: no longer part of the tenant's backlog in Kafka.
-          this.#o.counters.add(e.task!.tenantId, 'spilled', -1);
-          if (a === 'drop') {
-            e.state = 'done';
+          const tid = e.task!.tenantId;
+          if (refused.has(tid)) continue;
+          e.state = 'running';
+          const a = engine.tryAdmit(e.task!, e);
+          if (a === 'blocked') {
+            e.state = 'new';
+            refused.add(tid);
             continue;
           }
+          progressed = true;
+          // In memory (or gone to the DLQ) now: no longer part of the tenant's backlog in Kafka.
+          this.#o.counters.add(tid, 'spilled', -1);
           this.admitted++;
           spillAdmittedTotal.inc();
-          e.state = 'running';
-          void a.then(() => {
-            e.state = 'done';
-            wake();
-          });
         }
         while (idx < entries.length && entries[idx]!.state === 'done') {
           resolveOffset(entries[idx++]!.offset);

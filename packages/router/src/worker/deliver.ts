@@ -1,4 +1,4 @@
-import { type AttemptOutcome, Dispatcher, type DispatchOptions, nextRetryDelay } from '@spillway/delivery';
+import { type AttemptOutcome, Dispatcher, nextRetryDelay } from '@spillway/delivery';
 import type { Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
 import type { DeliveryTask } from './fanout.ts';
 
@@ -11,13 +11,8 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
  * (the shape of delivery's `Dispatcher`), so the engine never sees delivery's internals.
  */
 export interface DeliveryPort {
-  /** `opts.signal` withdraws the task while it still waits for tokens or a slot (→ `withdrawn`). */
-  dispatch(
-    task: DeliveryTask,
-    tenant: Tenant,
-    endpoint: Endpoint,
-    opts?: DispatchOptions,
-  ): Promise<AttemptOutcome>;
+  /** One attempt (rate tokens, a slot, the breaker, the request); resolves with what it came to. */
+  dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome>;
   /** Requests open for the tenant on this worker now. */
   inFlight(tenantId: string): number;
   /** Delay before the next attempt, or undefined when the schedule is exhausted (→ DLQ). */
@@ -46,7 +41,7 @@ export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<Del
     allowCidrs: [...opts.targetAllowCidrs],
   });
   return {
-    dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),
+    dispatch: (task, tenant, endpoint) => d.dispatch(task, tenant, endpoint),
     inFlight: (tid) => d.inFlight(tid),
     nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) =>
       nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),

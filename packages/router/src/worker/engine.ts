@@ -1,13 +1,12 @@
-import type { DeliveryRecord, Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
+import type { Endpoint, Logger, Tenant } from '@spillway/shared';
 import type { ConfigCache, ConfigStore } from '../config/store.ts';
-import { addGaugeSource, dlqWritesTotal } from '../metrics.ts';
-import type { TenantCounters as SharedCounters } from '../records/counters.ts';
-import { pushDlq, type RecordWriter } from '../records/records.ts';
-import type { RetryScheduler } from '../retry/scheduler.ts';
+import { addGaugeSource } from '../metrics.ts';
 import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
 import type { DeliveryPort } from './deliver.ts';
 import type { DeliveryTask } from './fanout.ts';
+import { type Held, JobOwner, Lane, type Owner, TICK_MS } from './lanes.ts';
+import type { LocalCounts, Settler } from './settle.ts';
 
 /** A tenant's config as this worker last loaded it. */
 export interface TenantView {
@@ -16,97 +15,75 @@ export interface TenantView {
   at: number;
 }
 
-/** Per-tenant counters this worker publishes for the admin API to sum. */
-export interface TenantCounters {
-  spilled: number;
-  retrying: number;
-  delivered: number;
-  failed: number;
-  endpoints: Record<string, { delivered: number; failed: number }>;
-}
-
-/** A task in this worker's memory: it holds a credit until `done`. */
-interface Held {
-  task: DeliveryTask;
-  done: () => void;
-  /** Withdraws the task from delivery while it still waits for tokens or a slot (pause). */
-  withdraw: AbortController;
-}
-
-/** What the drainer gets back when it offers a task. */
-export type Admission = Promise<void> | 'blocked' | 'drop';
+/** What the drainer gets back when it offers a spilled task: the task is in memory (or settling), or it cannot run now. */
+export type Admission = 'admitted' | 'blocked';
 
 export interface EngineDeps {
-  /** SPILLWAY_WORKER_BODY_BUDGET: body bytes admitted tasks may hold; past it tasks spill. */
+  /** SPILLWAY_WORKER_BODY_BUDGET: body bytes admitted tasks may hold; past it tasks wait or spill. */
   bodyBudgetBytes?: number;
-  redis: RedisClient;
-  keys: Keys;
   logger: Logger;
   cache: ConfigCache;
   /** Read past the cache for fan-out (freshView). */
   store?: ConfigStore;
   delivery: DeliveryPort;
   spill: SpillProducer;
-  retries: RetryScheduler;
-  records: RecordWriter;
-  /** Shared per-tenant counters in Redis (what GET .../stats shows for spilled, retrying, delivered, failed). */
-  counters: SharedCounters;
-  retryScheduleMs: readonly number[];
-  /** A 410 Gone means the receiver is gone for good: the endpoint is disabled (no more fan-out to it). */
-  disableEndpoint?: (tenantId: string, endpointId: string, reason: string) => Promise<void>;
+  settler: Settler;
+  /**
+   * Tasks a worker keeps in memory at most (held in lanes + waiting for a lane). Jobs are claimed
+   * only below it (Engine#room), so a worker takes intake and retry work as fast as it delivers.
+   */
+  maxTasks?: number;
 }
 
 /** Config refresh period for tenants this worker holds: pause/resume acts within 1 s even if a pub/sub message is lost. */
 const REFRESH_MS = 500;
+/** Default Engine maxTasks. */
+const MAX_TASKS = 20_000;
+/** The drainer is woken at most this often (every settle frees room; waking it per settle would spin it). */
+const WAKE_MS = 5;
 
 /**
- * A task admitted from an intake or retry job that is still waiting in delivery (for rate tokens or
- * a concurrency slot) after this long is withdrawn and spilled: the Kafka record takes it over and
- * the job can complete. So a job is held only by requests actually on the wire, and a slow tenant
- * occupies at most `limits.concurrency` of a worker's job slots — it cannot fill them all and
- * hold back other tenants' next jobs (invariant 3).
- */
-const JOB_HANDOFF_MS = 500;
-
-/**
- * The in-memory heart of a worker. Tasks enter only with a credit (or go straight to the spill
- * log) and go to delivery at once — which waits for rate tokens holding no slot, then for one of the
- * tenant's concurrency slots — and leave memory only through a durable hand-off: delivered, retry
- * job added, DLQ entry written, or Kafka ack'd (a paused tenant's waiting tasks are withdrawn and
- * spilled).
- * Every entry point returns a promise that resolves exactly then, so the durable owner of the task
- * (intake job, retry job, Kafka offset) is released only after the hand-off.
+ * The in-memory heart of a worker: one Lane per tenant (see lanes.ts). A task enters memory only
+ * with a credit and room in its lane, goes to delivery when the lane has a free slot, and leaves
+ * memory only through a durable hand-off — delivered, retry job added, DLQ entry written, or Kafka
+ * ack'd — after which its owner (the job or spill offset it came from) is told (Owner#settle).
+ *
+ * Where each task goes, decided when it arrives and again whenever its lane changes:
+ *   tenant deleted / endpoint deleted → discarded and counted (settles at once);
+ *   endpoint disabled                 → its tenant's DLQ as `endpoint_disabled` (replayable);
+ *   tenant or endpoint paused         → spill log;
+ *   lane has room and a credit        → lane queue → delivery;
+ *   lane full but delivering          → waits (job tasks only; the job is claimed because memory had room);
+ *   lane full and stalled             → spill log.
  */
 export class Engine {
   readonly credits: Credits;
   readonly #d: EngineDeps;
   readonly #views = new Map<string, TenantView>();
-  /** Tasks in memory per tenant (each holds a credit; delivery applies rate and concurrency). */
-  readonly #held = new Map<string, Set<Held>>();
-  readonly #counters = new Map<string, TenantCounters>();
+  readonly #lanes = new Map<string, Lane>();
   readonly #wakers = new Set<() => void>();
-  readonly #refresh: NodeJS.Timeout;
+  readonly #roomWaiters: (() => void)[] = [];
+  readonly #maxTasks: number;
+  readonly #timer: NodeJS.Timeout;
   readonly #unsubscribe: () => void;
   readonly #ungauge: () => void;
+  #tasks = 0;
+  #wakeTimer: NodeJS.Timeout | undefined;
+  #lastRefresh = 0;
+  #closed = false;
 
   constructor(deps: EngineDeps) {
     this.#d = deps;
+    this.#maxTasks = deps.maxTasks ?? MAX_TASKS;
     this.credits = new Credits(deps.bodyBudgetBytes);
     this.#ungauge = addGaugeSource({
       creditsUsed: () => this.credits.entries(),
-      tasksInMemory: () => {
-        let n = 0;
-        for (const set of this.#held.values()) n += set.size;
-        return n;
-      },
+      tasksInMemory: () => this.#tasks,
       bodyBytes: () => this.credits.bytes,
     });
     this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
-    this.#refresh = setInterval(() => {
-      for (const tid of this.#views.keys()) void this.#reload(tid);
-    }, REFRESH_MS);
-    this.#refresh.unref();
-    this.credits.onRelease(() => this.#wake());
+    this.#timer = setInterval(() => this.#tick(), TICK_MS);
+    this.#timer.unref();
   }
 
   // --- config --------------------------------------------------------------------------------
@@ -114,9 +91,7 @@ export class Engine {
   /** Loads (through the cache) the tenant and its endpoints. Throws when Redis cannot answer. */
   async view(tid: string): Promise<TenantView> {
     const [tenant, eps] = await Promise.all([this.#d.cache.tenant(tid), this.#d.cache.endpoints(tid)]);
-    const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
-    this.#views.set(tid, v);
-    return v;
+    return this.#setView(tid, tenant, eps);
   }
 
   /**
@@ -128,6 +103,10 @@ export class Engine {
     const store = this.#d.store;
     if (!store) return this.view(tid);
     const [tenant, eps] = await Promise.all([store.getTenant(tid), store.listEndpoints(tid)]);
+    return this.#setView(tid, tenant, eps);
+  }
+
+  #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[]): TenantView {
     const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
     this.#views.set(tid, v);
     return v;
@@ -140,217 +119,232 @@ export class Engine {
   async #reload(tid: string): Promise<void> {
     try {
       const v = await this.view(tid);
-      if (!v.tenant && !this.#held.has(tid)) this.#views.delete(tid);
-      this.#withdrawBlocked(tid);
+      const lane = this.#lanes.get(tid);
+      if (!v.tenant && !lane) this.#views.delete(tid);
+      if (lane) this.#recheck(lane, v);
       this.#wake();
     } catch (err) {
-      this.#d.logger.debug({ err: (err as Error).message, tid }, 'config refresh failed');
+      this.#d.logger.debug({ err, tenantId: tid }, 'config refresh failed');
     }
-  }
-
-  /** Why a task cannot run now, or undefined. */
-  #blocked(v: TenantView, ep: Endpoint): 'paused' | undefined {
-    return v.tenant?.status === 'paused' || ep.status === 'paused' ? 'paused' : undefined;
   }
 
   // --- wake-ups for the drainer ----------------------------------------------------------------
 
-  /** Called whenever a credit frees up or config changes. */
+  /** Called (coalesced, at most every WAKE_MS) when room or credits free up or config changes. */
   onWake(fn: () => void): () => void {
     this.#wakers.add(fn);
     return () => this.#wakers.delete(fn);
   }
 
   #wake(): void {
-    for (const w of [...this.#wakers]) w();
+    if (this.#wakeTimer) return;
+    this.#wakeTimer = setTimeout(() => {
+      this.#wakeTimer = undefined;
+      for (const w of [...this.#wakers]) w();
+    }, WAKE_MS);
+  }
+
+  /** Resolves when this worker has room for more work (tasks in memory below maxTasks). */
+  room(): Promise<void> {
+    if (this.#tasks < this.#maxTasks || this.#closed) return Promise.resolve();
+    return new Promise<void>((r) => this.#roomWaiters.push(r));
+  }
+
+  /** Tasks in memory now (held in lanes and waiting for one). */
+  get tasks(): number {
+    return this.#tasks;
   }
 
   // --- entry points ----------------------------------------------------------------------------
 
   /**
-   * From an intake or retry job: every task is either admitted (credit) or spilled. Resolves when
-   * all of them have left memory through a durable hand-off.
+   * From an intake or retry job: every task is admitted, waits for its lane, or is handed to its
+   * next owner (spill log, DLQ, discard). Resolves when all of them have left memory through a
+   * durable hand-off — then the job may complete.
    */
   async hold(tasks: readonly DeliveryTask[]): Promise<void> {
-    const tids = new Set(tasks.map((t) => t.tenantId));
-    for (const tid of tids)
-      if (!this.#views.has(tid) || Date.now() - this.#views.get(tid)!.at > REFRESH_MS) await this.view(tid);
-    await Promise.all(
-      tasks.map((task) => {
-        const a = this.tryAdmit(task, JOB_HANDOFF_MS);
-        if (a === 'drop') return undefined;
-        if (a === 'blocked') return this.#spill(task);
-        return a;
-      }),
-    );
+    const now = Date.now();
+    for (const tid of new Set(tasks.map((t) => t.tenantId))) {
+      const v = this.#views.get(tid);
+      if (!v || now - v.at > REFRESH_MS) await this.view(tid);
+    }
+    const owner = new JobOwner(tasks.length);
+    for (const task of tasks) {
+      const h: Held = { task, owner };
+      this.#tasks++;
+      if (this.#offer(h, 'job') === 'blocked') this.#spill(h);
+    }
+    await owner.done;
   }
 
   /**
-   * Admits the task if its tenant has a credit and nothing pauses it (the view must be loaded).
-   * 'drop' = tenant or endpoint gone/disabled: nothing to deliver. With `handoffMs`, a task still
-   * waiting in delivery after that long is withdrawn and spilled (see JOB_HANDOFF_MS).
+   * From the drainer: the task is admitted (`owner.settle` is called once it has left memory), or
+   * 'blocked' (nothing happened; the spill record keeps it). The tenant's view must be loaded.
    */
-  tryAdmit(task: DeliveryTask, handoffMs?: number): Admission {
+  tryAdmit(task: DeliveryTask, owner: Owner): Admission {
+    const h: Held = { task, owner };
+    this.#tasks++;
+    const a = this.#offer(h, 'drain');
+    if (a === 'blocked') this.#tasks--;
+    return a;
+  }
+
+  /**
+   * Places a task that just arrived. 'blocked' = it cannot run now and the caller keeps it (a job
+   * spills it, the drainer leaves it in Kafka). Anything else = it is in memory or on its way out.
+   */
+  #offer(h: Held, from: 'job' | 'drain'): Admission {
+    const { task } = h;
     const v = this.#views.get(task.tenantId);
     if (!v) return 'blocked';
+    const fate = this.#fate(v, task);
+    if (fate === 'blocked') return 'blocked';
+    if (fate !== 'run') {
+      this.#divert(h, fate);
+      return 'admitted';
+    }
+    const tenant = v.tenant!;
+    const lane = this.#lane(task.tenantId);
+    const { concurrency, maxInFlight } = limits(tenant);
+    // A stalled lane takes nothing more; the drainer also waits for the lane to want more (its
+    // look-ahead), while a claimed job's task only needs a credit.
+    if (lane.stalled(Date.now())) return 'blocked';
+    if (from === 'drain' && !lane.room(concurrency, maxInFlight)) return 'blocked';
+    if (!this.credits.tryTake(lane.tenantId, maxInFlight, task.event.body)) return 'blocked';
+    lane.queue.push(h);
+    this.#pump(lane);
+    return 'admitted';
+  }
+
+  /** What must happen to a task given its tenant's current config. */
+  #fate(
+    v: TenantView,
+    task: DeliveryTask,
+  ): 'run' | 'blocked' | 'tenant_deleted' | 'endpoint_deleted' | 'endpoint_disabled' {
+    if (!v.tenant) return 'tenant_deleted';
     const ep = v.endpoints.get(task.endpointId);
-    if (!v.tenant || !ep || ep.status === 'disabled') {
-      this.#d.logger.debug(
-        { tid: task.tenantId, eid: task.endpointId },
-        'dropping task of a deleted tenant/endpoint',
-      );
-      return 'drop';
+    if (!ep) return 'endpoint_deleted';
+    if (ep.status === 'disabled') return 'endpoint_disabled';
+    if (v.tenant.status === 'paused' || ep.status === 'paused') return 'blocked';
+    return 'run';
+  }
+
+  #lane(tid: string): Lane {
+    let lane = this.#lanes.get(tid);
+    if (!lane) {
+      lane = new Lane(tid);
+      this.#lanes.set(tid, lane);
     }
-    if (this.#blocked(v, ep)) return 'blocked';
-    if (!this.credits.tryTake(task.tenantId, v.tenant.limits.maxInFlight, task.event.body)) return 'blocked';
-    return new Promise<void>((done) => {
-      const held: Held = { task, done, withdraw: new AbortController() };
-      let set = this.#held.get(task.tenantId);
-      if (!set) {
-        set = new Set();
-        this.#held.set(task.tenantId, set);
+    return lane;
+  }
+
+  /** Starts deliveries while the lane has free slots. */
+  #pump(lane: Lane): void {
+    const v = this.#views.get(lane.tenantId);
+    const tenant = v?.tenant;
+    if (!tenant) return;
+    const { concurrency } = limits(tenant);
+    while (lane.active < concurrency && lane.queue.length > 0) {
+      const h = lane.queue.shift()!;
+      const ep = v.endpoints.get(h.task.endpointId);
+      if (!ep) {
+        // Deleted since it entered: recheck sorts it out.
+        this.credits.release(lane.tenantId, h.task.event.body);
+        this.#divert(h, 'endpoint_deleted');
+        continue;
       }
-      set.add(held);
-      const handoff =
-        handoffMs === undefined ? undefined : setTimeout(() => held.withdraw.abort(), handoffMs);
-      // Straight to delivery: it waits for rate tokens holding no slot, then for one of the
-      // tenant's concurrency slots; a pause withdraws it from either wait (#withdrawBlocked).
-      void this.#attempt(held, v.tenant!, ep).finally(() => {
-        clearTimeout(handoff);
-        set.delete(held);
-        if (set.size === 0 && this.#held.get(task.tenantId) === set) this.#held.delete(task.tenantId);
-      });
-    });
-  }
-
-  #counter(tid: string): TenantCounters {
-    let c = this.#counters.get(tid);
-    if (!c) {
-      c = { spilled: 0, retrying: 0, delivered: 0, failed: 0, endpoints: {} };
-      this.#counters.set(tid, c);
-    }
-    return c;
-  }
-
-  #epCounter(tid: string, eid: string): { delivered: number; failed: number } {
-    const c = this.#counter(tid);
-    c.endpoints[eid] ??= { delivered: 0, failed: 0 };
-    return c.endpoints[eid];
-  }
-
-  /**
-   * A paused tenant/endpoint: its tasks still waiting in delivery are withdrawn and go back to the
-   * spill log (requests already on the wire finish).
-   */
-  #withdrawBlocked(tid: string): void {
-    const set = this.#held.get(tid);
-    const v = this.#views.get(tid);
-    if (!set || !v) return;
-    for (const held of set) {
-      const ep = v.endpoints.get(held.task.endpointId);
-      if (v.tenant && ep && this.#blocked(v, ep)) held.withdraw.abort();
+      if (lane.active === 0) lane.lastProgress = Date.now();
+      lane.active++;
+      void this.#run(lane, h, tenant, ep);
     }
   }
 
-  async #spillHeld(held: Held): Promise<void> {
-    await this.#spill(held.task);
-    this.#finish(held);
-  }
-
-  async #spill(task: DeliveryTask): Promise<void> {
-    this.#counter(task.tenantId).spilled++;
-    await this.#d.spill.spill(task);
-    // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
-    this.#d.counters.add(task.tenantId, 'spilled', 1);
-  }
-
-  #finish(held: Held): void {
-    this.credits.release(held.task.tenantId, held.task.event.body);
-    held.done();
-  }
-
-  async #attempt(held: Held, tenant: Tenant, ep: Endpoint): Promise<void> {
-    const { task } = held;
+  async #run(lane: Lane, h: Held, tenant: Tenant, ep: Endpoint): Promise<void> {
     let outcome: Awaited<ReturnType<DeliveryPort['dispatch']>>;
     try {
-      outcome = await this.#d.delivery.dispatch(task, tenant, ep, { signal: held.withdraw.signal });
+      outcome = await this.#d.delivery.dispatch(h.task, tenant, ep);
     } catch (err) {
       outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
     }
-    if (outcome.kind === 'withdrawn') {
-      await this.#spillHeld(held);
-      return;
+    try {
+      await this.#d.settler.outcome(h.task, outcome);
+    } finally {
+      lane.active--;
+      lane.completed(Date.now());
+      this.credits.release(lane.tenantId, h.task.event.body);
+      h.owner.settle();
+      this.#released();
+      this.#pump(lane);
     }
-    const rec: DeliveryRecord = { endpointId: task.endpointId, status: 'pending', attempts: task.attempt };
-    if ('status' in outcome && outcome.status !== undefined) rec.lastStatus = outcome.status;
-    if (outcome.kind === 'delivered') {
-      rec.status = 'delivered';
-      this.#d.records.attempt(task, rec);
-      this.#counter(task.tenantId).delivered++;
-      this.#epCounter(task.tenantId, task.endpointId).delivered++;
-      this.#d.counters.add(task.tenantId, 'delivered', 1, task.endpointId);
-      this.#finish(held);
-      return;
-    }
-    if (outcome.kind === 'deferred') {
-      // No attempt was made (breaker open): same attempt number, later.
-      await this.#d.retries.schedule(task, outcome.retryAfterMs);
-      this.#counter(task.tenantId).retrying++;
-      this.#d.counters.add(task.tenantId, 'retrying', 1);
-      this.#finish(held);
-      return;
-    }
-    rec.lastError = outcome.error;
-    const delay =
-      outcome.kind === 'retry'
-        ? this.#d.delivery.nextRetryDelay(this.#d.retryScheduleMs, task.attempt, outcome.retryAfterMs)
-        : undefined;
-    if (delay !== undefined) {
-      rec.status = 'retrying';
-      await this.#d.retries.schedule({ ...task, attempt: task.attempt + 1 }, delay);
-      this.#d.records.attempt(task, rec);
-      this.#counter(task.tenantId).retrying++;
-      this.#d.counters.add(task.tenantId, 'retrying', 1);
-      this.#finish(held);
-      return;
-    }
-    rec.status = 'failed';
-    if (outcome.kind === 'fail' && outcome.error === 'gone' && this.#d.disableEndpoint) {
-      await this.#d
-        .disableEndpoint(task.tenantId, task.endpointId, 'gone')
-        .catch((err) =>
-          this.#d.logger.warn(
-            { err: (err as Error).message, tid: task.tenantId, eid: task.endpointId },
-            'could not disable a gone endpoint',
-          ),
-        );
-    }
-    await this.#deadLetter(task, outcome.error);
-    this.#d.records.attempt(task, rec);
-    this.#counter(task.tenantId).failed++;
-    this.#epCounter(task.tenantId, task.endpointId).failed++;
-    this.#d.counters.add(task.tenantId, 'failed', 1, task.endpointId);
-    this.#finish(held);
   }
 
-  async #deadLetter(task: DeliveryTask, lastError: string): Promise<void> {
-    const entry = {
-      eventId: task.eventId,
-      endpointId: task.endpointId,
-      attempts: task.attempt,
-      lastError,
-      failedAt: new Date().toISOString(),
+  /** Bookkeeping after any task left memory: room for the job claimer and the drainer. */
+  #released(): void {
+    this.#tasks--;
+    if (this.#tasks < this.#maxTasks && this.#roomWaiters.length > 0)
+      for (const r of this.#roomWaiters.splice(0)) r();
+    this.#wake();
+  }
+
+  /** Hands a task that cannot run here to its next owner; settles it with its current owner after. */
+  #divert(h: Held, fate: 'tenant_deleted' | 'endpoint_deleted' | 'endpoint_disabled' | 'spill'): void {
+    const done = () => {
+      h.owner.settle();
+      this.#released();
     };
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await pushDlq(this.#d.redis, this.#d.keys, task, entry);
-        dlqWritesTotal.inc();
-        return;
-      } catch (err) {
-        this.#d.logger.warn({ err: (err as Error).message, attempt }, 'DLQ write failed; retrying');
-        await new Promise((r) => setTimeout(r, Math.min(200 * 2 ** Math.min(attempt, 4), 3000)));
-      }
+    if (fate === 'spill') return this.#spill(h);
+    if (fate === 'endpoint_disabled') {
+      void this.#d.settler.parked(h.task, 'endpoint_disabled').then(done);
+      return;
     }
+    this.#d.settler.discard(h.task, fate);
+    done();
+  }
+
+  #spill(h: Held): void {
+    void this.#d.spill.spill(h.task).then(() => {
+      // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
+      this.#d.settler.spilled(h.task.tenantId);
+      h.owner.settle();
+      this.#released();
+    });
+  }
+
+  /**
+   * After a config change: tasks waiting in the lane (not on the wire) whose tenant or endpoint is
+   * now paused, disabled or deleted leave it — to the spill log, the DLQ, or discarded.
+   */
+  #recheck(lane: Lane, v: TenantView): void {
+    for (const h of lane.queue.take((x) => this.#fate(v, x.task) !== 'run')) {
+      this.credits.release(lane.tenantId, h.task.event.body);
+      const fate = this.#fate(v, h.task);
+      this.#divert(h, fate === 'blocked' || fate === 'run' ? 'spill' : fate);
+    }
+    this.#pump(lane);
+  }
+
+  /** Every TICK_MS: lane rates; stalled lanes give back what waits; a periodic config refresh. */
+  #tick(): void {
+    const now = Date.now();
+    for (const lane of this.#lanes.values()) {
+      lane.tick();
+      if (lane.queue.length > 0 && lane.stalled(now)) this.#unload(lane);
+      // An idle lane is forgotten after a while (its rate would be stale anyway).
+      if (lane.size === 0 && now - lane.lastProgress > 10_000) this.#lanes.delete(lane.tenantId);
+    }
+    if (now - this.#lastRefresh >= REFRESH_MS) {
+      this.#lastRefresh = now;
+      for (const tid of this.#lanes.keys()) void this.#reload(tid);
+    }
+  }
+
+  /** A stalled lane keeps only what is on the wire: its queue goes to the spill log. */
+  #unload(lane: Lane): void {
+    for (const h of lane.queue.take(() => true)) {
+      this.credits.release(lane.tenantId, h.task.event.body);
+      this.#spill(h);
+    }
+    this.#wake();
   }
 
   // --- stats -----------------------------------------------------------------------------------
@@ -358,24 +352,21 @@ export class Engine {
   /**
    * This worker's per-tenant numbers (for keys.workerStats). queued/inFlight/creditsUsed are "now";
    * spilled/retrying/delivered/failed here are what this worker handed off since it started (the
-   * tenant-wide "now"/total numbers come from the shared counters, see counters.ts).
+   * tenant-wide "now"/total numbers come from the shared counters, see records/counters.ts).
    */
   snapshot(): Record<string, WorkerTenantStats> {
     const out: Record<string, WorkerTenantStats> = {};
-    const tids = new Set([
-      ...this.#counters.keys(),
-      ...this.#held.keys(),
-      ...this.credits.entries().map(([t]) => t),
-    ]);
+    const s = this.#d.settler;
+    const tids = new Set([...s.tenants(), ...this.#lanes.keys(), ...this.credits.entries().map(([t]) => t)]);
     for (const tid of tids) {
-      const c = this.#counter(tid);
-      const inFlight = this.#d.delivery.inFlight(tid);
+      const c: LocalCounts = s.local(tid);
+      const lane = this.#lanes.get(tid);
       const endpoints: WorkerTenantStats['endpoints'] = {};
       for (const [eid, n] of Object.entries(c.endpoints))
         endpoints[eid] = { ...n, breaker: this.#d.delivery.breakerState(tid, eid) };
       out[tid] = {
-        queued: Math.max(0, (this.#held.get(tid)?.size ?? 0) - inFlight),
-        inFlight,
+        queued: lane ? lane.queue.length : 0,
+        inFlight: this.#d.delivery.inFlight(tid),
         creditsUsed: this.credits.used(tid),
         spilled: c.spilled,
         retrying: c.retrying,
@@ -388,10 +379,18 @@ export class Engine {
   }
 
   close(): void {
-    clearInterval(this.#refresh);
+    this.#closed = true;
+    clearInterval(this.#timer);
+    if (this.#wakeTimer) clearTimeout(this.#wakeTimer);
+    for (const r of this.#roomWaiters.splice(0)) r();
     this.#unsubscribe();
     this.#ungauge();
   }
+}
+
+/** A tenant's delivery limits with the dispatcher's defaults filled in. */
+function limits(t: Tenant): { concurrency: number; maxInFlight: number } {
+  return { concurrency: t.limits.concurrency || 16, maxInFlight: t.limits.maxInFlight };
 }
 
 export interface WorkerTenantStats {
