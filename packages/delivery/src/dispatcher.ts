@@ -112,10 +112,19 @@ export class Dispatcher {
     this.#maxResponseBytes = opts.maxResponseBytes ?? 64 * 1024;
   }
 
-  async dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome> {
-    const outcome = await this.#dispatch(task, tenant, endpoint);
-    if (attemptChannel.hasSubscribers) attemptChannel.publish({ task, outcome });
+  /**
+   * One attempt: breaker pre-check, rate tokens (unless `opts.rated`: the caller already took them
+   * with `rate()`), a tenant slot, the request.
+   */
+  async dispatch(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    opts: { rated?: boolean } = {},
+  ): Promise<AttemptOutcome> {
+    const outcome = await this.#dispatch(task, tenant, endpoint, opts.rated === true);
     attemptsTotal.inc({ outcome: outcome.kind });
+    if (attemptChannel.hasSubscribers) attemptChannel.publish({ task, outcome });
     if (outcome.kind !== 'delivered') {
       this.#logger.debug(
         {
@@ -131,7 +140,41 @@ export class Dispatcher {
     return outcome;
   }
 
-  async #dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome> {
+  /** Whether a task of this tenant and endpoint must take rate tokens before its attempt. */
+  rated(tenant: Tenant, endpoint: Endpoint): boolean {
+    return Boolean(tenant.limits.rate || endpoint.rate);
+  }
+
+  /**
+   * Takes the task's rate tokens (tenant, then endpoint), waiting as long as the rates say and
+   * holding nothing else meanwhile. Resolves undefined when it has them, or the outcome that ends
+   * the attempt instead (shutdown, limiter failure: back on the retry schedule).
+   */
+  async rate(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome | undefined> {
+    const signal = this.#closing.signal;
+    try {
+      if (tenant.limits.rate)
+        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
+      if (endpoint.rate)
+        await this.#limiter.acquire(
+          this.#keys.rate(task.tenantId, `ep:${task.endpointId}`),
+          endpoint.rate,
+          signal,
+        );
+      return undefined;
+    } catch (err) {
+      if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
+      // The task must go back on the schedule, never vanish with a rejected promise.
+      return { kind: 'retry', error: `rate_limiter: ${(err as Error).message}` };
+    }
+  }
+
+  async #dispatch(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    rated: boolean,
+  ): Promise<AttemptOutcome> {
     let url: URL;
     try {
       url = new URL(endpoint.url);
@@ -143,23 +186,10 @@ export class Dispatcher {
     // An open breaker would refuse the attempt anyway: do not spend rate tokens on it.
     const pre = this.#breakers.admit(task.tenantId, task.endpointId);
     if (!pre.ok) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: pre.retryAfterMs };
-
-    const signal = this.#closing.signal;
-    try {
-      if (tenant.limits.rate)
-        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
-      if (endpoint.rate)
-        await this.#limiter.acquire(
-          this.#keys.rate(task.tenantId, `ep:${task.endpointId}`),
-          endpoint.rate,
-          signal,
-        );
-    } catch (err) {
-      if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
-      // The task must go back on the schedule, never vanish with a rejected promise.
-      return { kind: 'retry', error: `rate_limiter: ${(err as Error).message}` };
+    if (!rated) {
+      const refused = await this.rate(task, tenant, endpoint);
+      if (refused) return refused;
     }
-
     // The router starts at most `concurrency` dispatches per tenant, so this limit rarely queues;
     // it is the guard that keeps a tenant's open requests at its concurrency whatever the caller.
     const slots = this.#tenantSlots(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);

@@ -11,8 +11,20 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
  * (the shape of delivery's `Dispatcher`), so the engine never sees delivery's internals.
  */
 export interface DeliveryPort {
-  /** One attempt (rate tokens, a slot, the breaker, the request); resolves with what it came to. */
-  dispatch(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome>;
+  /**
+   * One attempt (rate tokens unless `opts.rated`, a slot, the breaker, the request); resolves with
+   * what it came to.
+   */
+  dispatch(
+    task: DeliveryTask,
+    tenant: Tenant,
+    endpoint: Endpoint,
+    opts?: { rated?: boolean },
+  ): Promise<AttemptOutcome>;
+  /** Whether the tenant or endpoint has a rate (tasks then take tokens before they take a slot). */
+  rated(tenant: Tenant, endpoint: Endpoint): boolean;
+  /** Waits for the task's rate tokens; undefined when taken, else the outcome that ends the attempt. */
+  rate(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome | undefined>;
   /** Requests open for the tenant on this worker now. */
   inFlight(tenantId: string): number;
   /** Delay before the next attempt, or undefined when the schedule is exhausted (→ DLQ). */
@@ -41,7 +53,9 @@ export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<Del
     allowCidrs: [...opts.targetAllowCidrs],
   });
   return {
-    dispatch: (task, tenant, endpoint) => d.dispatch(task, tenant, endpoint),
+    dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),
+    rated: (tenant, endpoint) => d.rated(tenant, endpoint),
+    rate: (task, tenant, endpoint) => d.rate(task, tenant, endpoint),
     inFlight: (tid) => d.inFlight(tid),
     nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) =>
       nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),

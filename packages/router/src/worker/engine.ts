@@ -3,7 +3,7 @@ import type { ConfigCache, ConfigStore } from '../config/store.ts';
 import { addGaugeSource } from '../metrics.ts';
 import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
-import type { DeliveryPort } from './deliver.ts';
+import type { AttemptOutcome, DeliveryPort } from './deliver.ts';
 import type { DeliveryTask } from './fanout.ts';
 import { type Held, JobOwner, Lane, type Owner, TICK_MS } from './lanes.ts';
 import type { LocalCounts, Settler } from './settle.ts';
@@ -29,6 +29,12 @@ export interface EngineDeps {
   spill: SpillProducer;
   settler: Settler;
   /**
+   * Jobs one tenant's tasks may keep active at once (default JOB_SHARE). A job completes only when
+   * all of its tasks have left memory; past this share a tenant's further job tasks are spilled,
+   * so however slow a tenant is, the other (claimSlots − share) job slots keep moving.
+   */
+  jobShare?: number;
+  /**
    * Tasks a worker keeps in memory at most (held in lanes + waiting for a lane). Jobs are claimed
    * only below it (Engine#room), so a worker takes intake and retry work as fast as it delivers.
    */
@@ -37,6 +43,8 @@ export interface EngineDeps {
 
 /** Config refresh period for tenants this worker holds: pause/resume acts within 1 s even if a pub/sub message is lost. */
 const REFRESH_MS = 500;
+/** Default Engine jobShare: an eighth of the worker's job slots (worker.ts CONCURRENCY = 256). */
+export const JOB_SHARE = 32;
 /** Default Engine maxTasks. */
 const MAX_TASKS = 20_000;
 /** The drainer is woken at most this often (every settle frees room; waking it per settle would spin it). */
@@ -64,6 +72,7 @@ export class Engine {
   readonly #wakers = new Set<() => void>();
   readonly #roomWaiters: (() => void)[] = [];
   readonly #maxTasks: number;
+  readonly #jobShare: number;
   readonly #timer: NodeJS.Timeout;
   readonly #unsubscribe: () => void;
   readonly #ungauge: () => void;
@@ -75,6 +84,7 @@ export class Engine {
   constructor(deps: EngineDeps) {
     this.#d = deps;
     this.#maxTasks = deps.maxTasks ?? MAX_TASKS;
+    this.#jobShare = deps.jobShare ?? JOB_SHARE;
     this.credits = new Credits(deps.bodyBudgetBytes);
     this.#ungauge = addGaugeSource({
       creditsUsed: () => this.credits.entries(),
@@ -210,7 +220,11 @@ export class Engine {
     // look-ahead), while a claimed job's task only needs a credit.
     if (lane.stalled(Date.now())) return 'blocked';
     if (from === 'drain' && !lane.room(concurrency, maxInFlight)) return 'blocked';
-    if (!this.credits.tryTake(lane.tenantId, maxInFlight, task.event.body)) return 'blocked';
+    if (!lane.pin(h.owner, this.#jobShare)) return 'blocked';
+    if (!this.credits.tryTake(lane.tenantId, maxInFlight, task.event.body)) {
+      lane.unpin(h.owner);
+      return 'blocked';
+    }
     lane.queue.push(h);
     this.#pump(lane);
     return 'admitted';
@@ -226,6 +240,8 @@ export class Engine {
     if (!ep) return 'endpoint_deleted';
     if (ep.status === 'disabled') return 'endpoint_disabled';
     if (v.tenant.status === 'paused' || ep.status === 'paused') return 'blocked';
+    // An open breaker refuses attempts: the task waits in the spill log, not in a retry job.
+    if (this.#d.delivery.breakerState(task.tenantId, task.endpointId) === 'open') return 'blocked';
     return 'run';
   }
 
@@ -238,44 +254,84 @@ export class Engine {
     return lane;
   }
 
-  /** Starts deliveries while the lane has free slots. */
+  /**
+   * Starts deliveries while the lane has free slots. A task whose tenant or endpoint has a rate
+   * first waits for its tokens outside the slots (in `rating`), so one endpoint's rate never holds
+   * back the tenant's other endpoints (invariant 5); with its tokens it joins `ready`, which goes
+   * before the queue.
+   */
   #pump(lane: Lane): void {
     const v = this.#views.get(lane.tenantId);
     const tenant = v?.tenant;
     if (!tenant) return;
     const { concurrency } = limits(tenant);
-    while (lane.active < concurrency && lane.queue.length > 0) {
-      const h = lane.queue.shift()!;
+    while (lane.active < concurrency && (lane.ready.length > 0 || lane.queue.length > 0)) {
+      const fromReady = lane.ready.length > 0;
+      const h = fromReady ? lane.ready.shift()! : lane.queue.shift()!;
       const ep = v.endpoints.get(h.task.endpointId);
       if (!ep) {
         // Deleted since it entered: recheck sorts it out.
-        this.credits.release(lane.tenantId, h.task.event.body);
+        this.#out(lane, h);
         this.#divert(h, 'endpoint_deleted');
+        continue;
+      }
+      if (!fromReady && this.#d.delivery.rated(tenant, ep)) {
+        lane.rating++;
+        void this.#rate(lane, h, tenant, ep);
         continue;
       }
       if (lane.active === 0) lane.lastProgress = Date.now();
       lane.active++;
-      void this.#run(lane, h, tenant, ep);
+      void this.#run(lane, h, tenant, ep, fromReady);
     }
   }
 
-  async #run(lane: Lane, h: Held, tenant: Tenant, ep: Endpoint): Promise<void> {
+  async #rate(lane: Lane, h: Held, tenant: Tenant, ep: Endpoint): Promise<void> {
+    const refused = await this.#d.delivery.rate(h.task, tenant, ep);
+    lane.rating--;
+    if (refused) {
+      lane.active++;
+      await this.#settle(lane, h, refused);
+      return;
+    }
+    // Paused, disabled or deleted while it waited for tokens: it goes where recheck would send it.
+    const v = this.#views.get(lane.tenantId);
+    const fate = v ? this.#fate(v, h.task) : 'blocked';
+    if (fate !== 'run') {
+      this.#out(lane, h);
+      this.#divert(h, fate === 'blocked' ? 'spill' : fate);
+    } else lane.ready.push(h);
+    this.#pump(lane);
+  }
+
+  async #run(lane: Lane, h: Held, tenant: Tenant, ep: Endpoint, rated: boolean): Promise<void> {
     let outcome: Awaited<ReturnType<DeliveryPort['dispatch']>>;
     try {
-      outcome = await this.#d.delivery.dispatch(h.task, tenant, ep);
+      outcome = await this.#d.delivery.dispatch(h.task, tenant, ep, { rated });
     } catch (err) {
       outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
     }
+    await this.#settle(lane, h, outcome);
+  }
+
+  /** The attempt is over: hand the task to its next owner, then free its slot, credit and job. */
+  async #settle(lane: Lane, h: Held, outcome: AttemptOutcome): Promise<void> {
     try {
       await this.#d.settler.outcome(h.task, outcome);
     } finally {
       lane.active--;
-      lane.completed(Date.now());
-      this.credits.release(lane.tenantId, h.task.event.body);
+      lane.completed(Date.now(), outcome.kind === 'delivered' ? outcome.durationMs : undefined);
+      this.#out(lane, h);
       h.owner.settle();
       this.#released();
       this.#pump(lane);
     }
+  }
+
+  /** A task leaves its lane: its credit goes back and its job is one task less pinned. */
+  #out(lane: Lane, h: Held): void {
+    this.credits.release(lane.tenantId, h.task.event.body);
+    lane.unpin(h.owner);
   }
 
   /** Bookkeeping after any task left memory: room for the job claimer and the drainer. */
@@ -315,8 +371,9 @@ export class Engine {
    * now paused, disabled or deleted leave it — to the spill log, the DLQ, or discarded.
    */
   #recheck(lane: Lane, v: TenantView): void {
-    for (const h of lane.queue.take((x) => this.#fate(v, x.task) !== 'run')) {
-      this.credits.release(lane.tenantId, h.task.event.body);
+    const leaving = (x: Held) => this.#fate(v, x.task) !== 'run';
+    for (const h of [...lane.ready.take(leaving), ...lane.queue.take(leaving)]) {
+      this.#out(lane, h);
       const fate = this.#fate(v, h.task);
       this.#divert(h, fate === 'blocked' || fate === 'run' ? 'spill' : fate);
     }
@@ -328,7 +385,7 @@ export class Engine {
     const now = Date.now();
     for (const lane of this.#lanes.values()) {
       lane.tick();
-      if (lane.queue.length > 0 && lane.stalled(now)) this.#unload(lane);
+      if (lane.queue.length + lane.ready.length > 0 && lane.stalled(now)) this.#unload(lane);
       // An idle lane is forgotten after a while (its rate would be stale anyway).
       if (lane.size === 0 && now - lane.lastProgress > 10_000) this.#lanes.delete(lane.tenantId);
     }
@@ -340,8 +397,8 @@ export class Engine {
 
   /** A stalled lane keeps only what is on the wire: its queue goes to the spill log. */
   #unload(lane: Lane): void {
-    for (const h of lane.queue.take(() => true)) {
-      this.credits.release(lane.tenantId, h.task.event.body);
+    for (const h of [...lane.ready.take(() => true), ...lane.queue.take(() => true)]) {
+      this.#out(lane, h);
       this.#spill(h);
     }
     this.#wake();

@@ -11,6 +11,8 @@ export interface Owner {
 
 /** A job's tasks: the job completes when the last one settles. */
 export class JobOwner implements Owner {
+  /** Jobs hold worker slots; lanes count the jobs they pin (Lane#pin). */
+  readonly pinsSlot = true;
   #left: number;
   readonly done: Promise<void>;
   #resolve!: () => void;
@@ -97,6 +99,10 @@ export const TICK_MS = 100;
 export class Lane {
   readonly tenantId: string;
   readonly queue = new Fifo();
+  /** Tasks that have their rate tokens and go before the queue. */
+  readonly ready = new Fifo();
+  /** Tasks waiting for rate tokens (they hold a credit, not a slot). */
+  rating = 0;
   active = 0;
   /** Completions since the last tick, and the EWMA rate (per second) of earlier ticks. */
   #done = 0;
@@ -104,6 +110,8 @@ export class Lane {
   #measured = false;
   /** Last completion (or the time the lane started waiting with nothing active). */
   lastProgress = Date.now();
+  /** Jobs that tasks in this lane keep active, and how many tasks each. */
+  readonly #pins = new Map<Owner, number>();
 
   constructor(tenantId: string) {
     this.tenantId = tenantId;
@@ -111,7 +119,7 @@ export class Lane {
 
   /** Tasks this lane holds now (waiting for a slot or on the wire). */
   get size(): number {
-    return this.queue.length + this.active;
+    return this.queue.length + this.ready.length + this.rating + this.active;
   }
 
   /** How many tasks may wait for a slot: about LOOKAHEAD_S of the measured rate, at least `concurrency`. */
@@ -125,9 +133,38 @@ export class Lane {
     return this.queue.length < this.lookahead(concurrency, maxInFlight);
   }
 
-  completed(now: number): void {
+  /**
+   * Counts a job's task into the lane; false when that job would be one more than `share` jobs
+   * this lane keeps active (the task must go elsewhere: the job is not pinned by it).
+   */
+  pin(owner: Owner, share: number): boolean {
+    if (!(owner as JobOwner).pinsSlot) return true;
+    const n = this.#pins.get(owner);
+    if (n === undefined && this.#pins.size >= share) return false;
+    this.#pins.set(owner, (n ?? 0) + 1);
+    return true;
+  }
+
+  unpin(owner: Owner): void {
+    const n = this.#pins.get(owner);
+    if (n === undefined) return;
+    if (n <= 1) this.#pins.delete(owner);
+    else this.#pins.set(owner, n - 1);
+  }
+
+  /** Jobs this lane keeps active now. */
+  get pinned(): number {
+    return this.#pins.size;
+  }
+
+  /** EWMA of how long a delivered attempt took here (ms); 0 until one was. */
+  latency = 0;
+
+  /** An attempt ended; `tookMs` is given for delivered ones (they set the stall threshold). */
+  completed(now: number, tookMs?: number): void {
     this.#done++;
     this.lastProgress = now;
+    if (tookMs !== undefined) this.latency = this.latency === 0 ? tookMs : this.latency * 0.8 + tookMs * 0.2;
   }
 
   /** Folds the tick's completions into the rate. */
@@ -140,8 +177,12 @@ export class Lane {
     this.#done = 0;
   }
 
-  /** Something is on the wire and nothing completed for STALL_MS. */
+  /**
+   * Something is on the wire and nothing completed for STALL_MS — or for four of this lane's usual
+   * delivery times, when those are longer (a slow but answering receiver, or a busy process, is
+   * not a stalled one). Timeouts never lengthen it: only delivered attempts count.
+   */
   stalled(now: number): boolean {
-    return this.active > 0 && now - this.lastProgress > STALL_MS;
+    return this.active > 0 && now - this.lastProgress > Math.max(STALL_MS, 4 * this.latency);
   }
 }
