@@ -104,7 +104,9 @@ describe('isolation by structure: 50 tenants, one hanging, one flooding, 48 calm
     await noise;
     await waitFor(() => [...sentAt.keys()].every((id) => arrived.has(id)), 'every calm event', 30_000).catch(
       (err) => {
-        throw new Error(`${(err as Error).message}: ${arrived.size}/${sentAt.size} calm, flood ${floodRx.got.size}`);
+        throw new Error(
+          `${(err as Error).message}: ${arrived.size}/${sentAt.size} calm, flood ${floodRx.got.size}`,
+        );
       },
     );
     const lat = [...sentAt].map(([id, t0]) => arrived.get(id)! - t0).sort((a, b) => a - b);

@@ -2,9 +2,9 @@ import type { Endpoint, Keys, Logger, RateGate, RedisClient, SpillwayEvent, Tena
 import { VERSION } from '@spillway/shared';
 import pLimit, { type LimitFunction } from 'p-limit';
 import { AttemptFailure, type BreakerOptions, type BreakerStateName, Breakers } from './breakers.ts';
+import { attemptChannel } from './channels.ts';
 import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
 import { attemptSeconds, attemptsTotal, inFlightGauge } from './metrics.ts';
-import { attemptChannel } from './channels.ts';
 import { TenantPools } from './pools.ts';
 import { parseRetryAfter } from './retry.ts';
 import { signingSecrets, signPayload } from './sign.ts';
@@ -228,12 +228,7 @@ export class Dispatcher {
   }
 
   /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
-  async #attempt(
-    task: DeliveryTask,
-    endpoint: Endpoint,
-    url: URL,
-    tenant: Tenant,
-  ): Promise<AttemptOutcome> {
+  async #attempt(task: DeliveryTask, endpoint: Endpoint, url: URL, tenant: Tenant): Promise<AttemptOutcome> {
     const started = performance.now();
     const ts = Math.floor(Date.now() / 1000);
     const body = task.event.body;

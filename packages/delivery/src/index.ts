@@ -1,7 +1,7 @@
 /** @spillway/delivery — outbound delivery: dispatcher, signing, SSRF guard, retry timing, leased-token limiter. */
 
-export { attemptChannel } from './channels.ts';
 export type { BreakerOptions, BreakerStateName } from './breakers.ts';
+export { attemptChannel } from './channels.ts';
 export {
   type AttemptOutcome,
   classifyError,

@@ -54,5 +54,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   if (!file) throw new Error('usage: profile-summary.ts <file.cpuprofile> [--top N]');
   const rows = summarise(JSON.parse(readFileSync(file, 'utf8')) as Profile);
   for (const r of rows.slice(0, top))
-    process.stdout.write(`${(r.share * 100).toFixed(1).padStart(5)} %  ${r.ms.toFixed(0).padStart(7)} ms  ${r.bucket}\n`);
+    process.stdout.write(
+      `${(r.share * 100).toFixed(1).padStart(5)} %  ${r.ms.toFixed(0).padStart(7)} ms  ${r.bucket}\n`,
+    );
 }

@@ -3,8 +3,8 @@ import type { Admin, Consumer, EachBatchPayload, Kafka } from 'kafkajs';
 import { spillAdmittedTotal, spillLookaheadRecords, spillReappendedTotal } from '../metrics.ts';
 import type { TenantCounters } from '../records/counters.ts';
 import type { Engine } from '../worker/engine.ts';
-import type { Owner } from '../worker/lanes.ts';
 import { type DeliveryTask, taskFromWire, type WireTask } from '../worker/fanout.ts';
+import type { Owner } from '../worker/lanes.ts';
 import type { SpillProducer } from './producer.ts';
 
 /**

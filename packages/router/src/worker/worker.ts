@@ -2,6 +2,7 @@ import { createRedis, type RedisClient } from '@spillway/shared';
 import { type Job, Queue, Worker } from 'bullmq';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { type IntakeJobData, promoteDedup } from '../intake/intake.ts';
+import { tasksDiscardedTotal } from '../metrics.ts';
 import { TenantCounters } from '../records/counters.ts';
 import { RecordWriter } from '../records/records.ts';
 import { startStatsPublisher } from '../records/stats.ts';
@@ -9,12 +10,11 @@ import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
 import type { Runtime } from '../roles/runtime.ts';
 import { Drainer } from '../spill/drainer.ts';
-import { tasksDiscardedTotal } from '../metrics.ts';
 import { SpillProducer } from '../spill/producer.ts';
 import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
 import { Engine } from './engine.ts';
-import { Settler } from './settle.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
+import { Settler } from './settle.ts';
 
 /*
  * Lock of an active intake/retry job (config.jobLockMs, SPILLWAY_JOB_LOCK). BullMQ renews it every
