@@ -22,6 +22,11 @@ export const DEFAULTS = {
   SPILLWAY_PREFIX: 'spw',
   SPILLWAY_SPILL_TOPIC: 'spillway.spill',
   SPILLWAY_SPILL_PARTITIONS: '12',
+  /**
+   * Replicas of each spill-topic partition; its min.insync.replicas is one less (at least 1).
+   * Empty: min(3, brokers in the cluster).
+   */
+  SPILLWAY_SPILL_REPLICATION: '',
   /** Bytes of request bodies the ingest role holds at once; past it new requests get 503. */
   SPILLWAY_INGEST_BODY_BUDGET: '67108864',
   /** Bytes of event bodies a worker holds in memory (admitted tasks); past it tasks spill to Kafka. */
@@ -161,6 +166,13 @@ const schema = z.object({
     .string()
     .regex(/^[a-zA-Z0-9._-]{1,200}$/, 'SPILLWAY_SPILL_TOPIC must be a valid Kafka topic name'),
   SPILLWAY_SPILL_PARTITIONS: positiveInt('SPILLWAY_SPILL_PARTITIONS'),
+  SPILLWAY_SPILL_REPLICATION: z
+    .string()
+    .regex(
+      /^([1-9][0-9]?)?$/,
+      'SPILLWAY_SPILL_REPLICATION must be empty (min(3, brokers)) or a whole number 1-99',
+    )
+    .transform((v) => (v === '' ? undefined : Number(v))),
   SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
   SPILLWAY_WORKER_BODY_BUDGET: positiveInt('SPILLWAY_WORKER_BODY_BUDGET'),
   SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
@@ -202,6 +214,8 @@ export interface Config {
   prefix: string;
   spillTopic: string;
   spillPartitions: number;
+  /** Spill topic replication factor; undefined = min(3, brokers). */
+  spillReplication: number | undefined;
   ingestBodyBudget: number;
   workerBodyBudget: number;
   groupCommitMs: number;
@@ -245,6 +259,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     prefix: c.SPILLWAY_PREFIX,
     spillTopic: c.SPILLWAY_SPILL_TOPIC,
     spillPartitions: c.SPILLWAY_SPILL_PARTITIONS,
+    spillReplication: c.SPILLWAY_SPILL_REPLICATION,
     ingestBodyBudget: c.SPILLWAY_INGEST_BODY_BUDGET,
     workerBodyBudget: c.SPILLWAY_WORKER_BODY_BUDGET,
     groupCommitMs: c.SPILLWAY_GROUP_COMMIT,
