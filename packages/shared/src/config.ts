@@ -37,6 +37,10 @@ export const DEFAULTS = {
   SPILLWAY_JOB_STALLED_INTERVAL: '5s',
   /** Spill drainer's Kafka consumer-group session timeout: how soon a dead worker's partitions move. */
   SPILLWAY_KAFKA_SESSION_TIMEOUT: '10s',
+  /** Where the operator CLI finds the admin API. */
+  SPILLWAY_ADMIN_URL: 'http://127.0.0.1:8081',
+  /** `0` turns off the V8/malloc memory tuning `bin/spillway.mjs` applies to worker roles. */
+  SPILLWAY_NODE_TUNING: '1',
 } as const;
 
 const port = (name: string) =>
@@ -182,7 +186,42 @@ const schema = z.object({
     1_800_000,
     "Kafka brokers' default group.min/max.session.timeout.ms",
   ),
+  SPILLWAY_ADMIN_URL: z.string().transform((s, ctx) => {
+    if (/^https?:\/\/[^/\s]+/.test(s) && URL.canParse(s)) return s.replace(/\/+$/, '');
+    ctx.addIssue({
+      code: 'custom',
+      message: `SPILLWAY_ADMIN_URL must be an http:// or https:// URL (got "${s}")`,
+    });
+    return z.NEVER;
+  }),
+  SPILLWAY_NODE_TUNING: z.enum(['0', '1'], {
+    error: (i) => `SPILLWAY_NODE_TUNING must be 0 or 1 (got "${String(i.input)}")`,
+  }),
 });
+
+/** The server's variables (`spillway start`); the CLI's and bin's are read by their own loaders. */
+const serverSchema = schema.omit({ SPILLWAY_ADMIN_URL: true, SPILLWAY_NODE_TUNING: true });
+const cliSchema = schema.pick({
+  SPILLWAY_ADMIN_URL: true,
+  SPILLWAY_ADMIN_TOKEN: true,
+  SPILLWAY_INGEST_PORT: true,
+});
+const tuningSchema = schema.pick({ SPILLWAY_NODE_TUNING: true });
+
+/** Fills defaults, validates with `s` and throws one line naming the first bad variable. */
+function parseEnv<S extends z.ZodType>(env: NodeJS.ProcessEnv, s: S): z.output<S> {
+  const raw: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
+  raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
+  const parsed = s.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0] ?? '');
+    const msg = issue.message.startsWith(variable) ? issue.message : `${variable}: ${issue.message}`;
+    throw errors.config(msg);
+  }
+  return parsed.data;
+}
 
 /** The validated, frozen configuration. Durations are milliseconds. */
 export interface Config {
@@ -218,17 +257,7 @@ export interface Config {
  * one line naming the variable; `spillway start` prints it and exits 1.
  */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
-  const raw: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
-  raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const variable = String(issue.path[0] ?? '');
-    const msg = issue.message.startsWith(variable) ? issue.message : `${variable}: ${issue.message}`;
-    throw errors.config(msg);
-  }
-  const c = parsed.data;
+  const c = parseEnv(env, serverSchema);
   return Object.freeze({
     redis: Object.freeze(c.SPILLWAY_REDIS_URL),
     kafkaBrokers: Object.freeze(c.SPILLWAY_KAFKA_BROKERS) as string[],
@@ -251,6 +280,48 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     jobLockMs: c.SPILLWAY_JOB_LOCK,
     jobStalledIntervalMs: c.SPILLWAY_JOB_STALLED_INTERVAL,
     kafkaSessionTimeoutMs: c.SPILLWAY_KAFKA_SESSION_TIMEOUT,
+  });
+}
+
+/** What the operator CLI reads: the admin API's URL and token (nothing else is validated). */
+export interface CliConfig {
+  adminUrl: string;
+  adminToken: string | undefined;
+  /** SPILLWAY_INGEST_PORT: the port `spillway edge attach` guards when --port is not given. */
+  ingestPort: number;
+}
+
+export function loadCliConfig(env: NodeJS.ProcessEnv = process.env): Readonly<CliConfig> {
+  const c = parseEnv(env, cliSchema);
+  return Object.freeze({
+    adminUrl: c.SPILLWAY_ADMIN_URL,
+    adminToken: c.SPILLWAY_ADMIN_TOKEN,
+    ingestPort: c.SPILLWAY_INGEST_PORT,
+  });
+}
+
+/**
+ * What `bin/spillway.mjs` reads before it re-executes a worker process with memory flags
+ * (docs/operations.md, "Worker memory"): whether to tune, whether this process is the re-executed
+ * one, and the flags/arena setting the operator already gave (those win).
+ */
+export interface NodeTuning {
+  enabled: boolean;
+  /** Set in the environment of the re-executed process. */
+  readonly markerVariable: 'SPILLWAY_NODE_TUNED';
+  alreadyTuned: boolean;
+  nodeOptions: string;
+  mallocArenaMax: string | undefined;
+}
+
+export function loadNodeTuning(env: NodeJS.ProcessEnv = process.env): Readonly<NodeTuning> {
+  const c = parseEnv(env, tuningSchema);
+  return Object.freeze({
+    enabled: c.SPILLWAY_NODE_TUNING === '1',
+    markerVariable: 'SPILLWAY_NODE_TUNED',
+    alreadyTuned: env.SPILLWAY_NODE_TUNED !== undefined,
+    nodeOptions: env.NODE_OPTIONS ?? '',
+    mallocArenaMax: env.MALLOC_ARENA_MAX,
   });
 }
 
