@@ -75,8 +75,9 @@ export const creditsUsedGauge = gauge({
   collect() {
     this.reset();
     const sum = new Map<string, number>();
-    for (const s of sources) for (const [tid, n] of s.creditsUsed()) sum.set(tid, (sum.get(tid) ?? 0) + n);
-    for (const [tid, n] of sum) this.set({ tenant: tid }, n);
+    for (const s of sources)
+      for (const [tenantId, n] of s.creditsUsed()) sum.set(tenantId, (sum.get(tenantId) ?? 0) + n);
+    for (const [tenantId, n] of sum) this.set({ tenant: tenantId }, n);
   },
 });
 

@@ -4,5 +4,6 @@
  */
 export { readEvent } from './records/records.ts';
 export { type Started, start } from './roles/start.ts';
+export { SpillProducer } from './spill/producer.ts';
 export { Credits } from './worker/credits.ts';
 export { eventFromWire, eventToWire, fanOut, taskFromWire, taskToWire } from './worker/fanout.ts';

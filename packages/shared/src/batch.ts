@@ -63,6 +63,9 @@ export class BatchedWriter<B> {
   }
 
   async #loop(): Promise<void> {
+    // Never finish synchronously: `#pump ??= this.#loop()` must be assigned before the finally
+    // below clears it (else a finished loop would look busy forever).
+    await undefined;
     try {
       for (let batch = this.#o.take(); batch !== undefined; batch = this.#o.take()) {
         await this.#o.write(batch);

@@ -77,13 +77,8 @@ const FRAMEWORK_CODES: Record<string, (message: string) => SpillwayError> = {
 };
 const BY_STATUS: Record<number, (message: string) => SpillwayError> = {
   400: errors.badRequest,
-  401: errors.unauthorized,
-  403: errors.forbidden,
-  404: errors.notFound,
-  409: errors.conflict,
   413: errors.tooLarge,
   415: errors.unsupportedMediaType,
-  429: errors.rateLimited,
 };
 
 /**
@@ -101,6 +96,7 @@ export function toSpillwayError(err: unknown): SpillwayError {
   if (status >= 400 && status < 500) {
     const make = FRAMEWORK_CODES[String(e.code)] ?? BY_STATUS[status];
     if (make) return make(message);
+    // Another 4xx of the framework (405, 414...): its status, the generic code.
     return new SpillwayError('SPW_ERR_BAD_REQUEST', 'bad_request', status, message);
   }
   return errors.internal('internal error', { cause: err });

@@ -1,3 +1,4 @@
+export { BatchedWriter, type BatchedWriterOptions } from './batch.ts';
 export {
   type BreakerChangeMessage,
   CHANNELS,
@@ -6,7 +7,6 @@ export {
   type IntakeCommitMessage,
   type SpillMessage,
 } from './channels.ts';
-export { BatchedWriter, type BatchedWriterOptions } from './batch.ts';
 export { defineCommands, parseScriptName } from './commands.ts';
 export {
   type CliConfig,

@@ -122,9 +122,9 @@ export function createRouterServices(rt: Runtime): RouterServices {
         sum.queued += t.queued;
         sum.inFlight += t.inFlight;
         const wEps: EndpointStats[] = [];
-        for (const [eid, n] of Object.entries(t.endpoints)) {
-          wEps.push({ id: eid, ...n });
-          const e = eps.get(eid);
+        for (const [endpointId, n] of Object.entries(t.endpoints)) {
+          wEps.push({ id: endpointId, ...n });
+          const e = eps.get(endpointId);
           if (!e) continue;
           // The worst state any worker sees is the one to show.
           if (rank[n.breaker] > rank[e.breaker]) e.breaker = n.breaker;

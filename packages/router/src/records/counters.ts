@@ -2,7 +2,7 @@ import { BatchedWriter, type Keys, type Logger, type RedisClient, tenantTag } fr
 import { firstError, pipelineByTag } from './pipeline.ts';
 
 /**
- * Per-tenant counters shared by all workers, in the hash `keys.tenantCounters(tid)`:
+ * Per-tenant counters shared by all workers, in the hash `keys.tenantCounters(tenantId)`:
  *   spilled                 tasks whose current owner is a Kafka spill record (the backlog in Kafka)
  *   retrying                tasks whose current owner is a retry job (waiting for their next attempt)
  *   delivered, failed       totals (failed = dead-lettered), surviving worker restarts

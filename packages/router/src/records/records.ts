@@ -1,10 +1,17 @@
-import { BatchedWriter, type DeliveryRecord, type DlqEntry, type Keys, type Logger, type RedisClient } from '@spillway/shared';
+import {
+  BatchedWriter,
+  type DeliveryRecord,
+  type DlqEntry,
+  type Keys,
+  type Logger,
+  type RedisClient,
+} from '@spillway/shared';
 import type { EventView } from '../admin/services.ts';
 import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
 import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
 
 /**
- * Delivery records: one hash per event, `keys.event(tid, eid)`:
+ * Delivery records: one hash per event, `keys.event(tenantId, eventId)`:
  *   meta          {"id","type","receivedAt"}
  *   ep:<endpoint> DeliveryRecord JSON (pending at fan-out, rewritten after every attempt)
  * They are what GET /v1/tenants/:tid/events/:eid shows. They are NOT the durable owner of anything

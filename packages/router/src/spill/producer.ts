@@ -137,7 +137,10 @@ export class SpillProducer {
       async (err, attempt) => {
         if (this.#closed && attempt > 2) {
           // Shutting down: the owners keep their tasks (their jobs/offsets are not resolved).
-          this.#logger.warn({ err, records: batch.length }, 'spill abandoned at shutdown; owners keep the tasks');
+          this.#logger.warn(
+            { err, records: batch.length },
+            'spill abandoned at shutdown; owners keep the tasks',
+          );
           return false;
         }
         this.#logger.warn({ err, attempt }, 'spill send failed; retrying');
