@@ -84,3 +84,32 @@ export class BatchedWriter<B> {
     return done;
   }
 }
+
+/**
+ * A BatchedWriter over a list of items: `add(item)` buffers it and arms the timer (or flushes at
+ * once past `maxItems`); a serial writer that is busy leaves it to the running loop.
+ */
+export class ListWriter<T> extends BatchedWriter<T[]> {
+  #items: T[] = [];
+  readonly #maxItems: number;
+  readonly #serial: boolean;
+
+  constructor(opts: Omit<BatchedWriterOptions<T[]>, 'take'> & { maxItems?: number }) {
+    super({ ...opts, take: () => this.#takeAll() });
+    this.#maxItems = opts.maxItems ?? Number.POSITIVE_INFINITY;
+    this.#serial = opts.serial ?? false;
+  }
+
+  add(item: T): void {
+    this.#items.push(item);
+    if (this.#serial && this.busy) return; // the running loop takes it with its next write
+    if (this.#items.length >= this.#maxItems) void this.flush();
+    else this.schedule();
+  }
+
+  #takeAll(): T[] | undefined {
+    const items = this.#items;
+    this.#items = [];
+    return items.length > 0 ? items : undefined;
+  }
+}

@@ -201,11 +201,7 @@ const schema = z.object({
 
 /** The server's variables (`spillway start`); the CLI's and bin's are read by their own loaders. */
 const serverSchema = schema.omit({ SPILLWAY_ADMIN_URL: true, SPILLWAY_NODE_TUNING: true });
-const cliSchema = schema.pick({
-  SPILLWAY_ADMIN_URL: true,
-  SPILLWAY_ADMIN_TOKEN: true,
-  SPILLWAY_INGEST_PORT: true,
-});
+const cliSchema = schema.pick({ SPILLWAY_ADMIN_URL: true, SPILLWAY_ADMIN_TOKEN: true });
 const tuningSchema = schema.pick({ SPILLWAY_NODE_TUNING: true });
 
 /** Fills defaults, validates with `s` and throws one line naming the first bad variable. */
@@ -287,8 +283,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
 export interface CliConfig {
   adminUrl: string;
   adminToken: string | undefined;
-  /** SPILLWAY_INGEST_PORT: the port `spillway edge attach` guards when --port is not given. */
-  ingestPort: number;
 }
 
 export function loadCliConfig(env: NodeJS.ProcessEnv = process.env): Readonly<CliConfig> {
@@ -296,7 +290,6 @@ export function loadCliConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Cl
   return Object.freeze({
     adminUrl: c.SPILLWAY_ADMIN_URL,
     adminToken: c.SPILLWAY_ADMIN_TOKEN,
-    ingestPort: c.SPILLWAY_INGEST_PORT,
   });
 }
 

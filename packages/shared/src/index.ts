@@ -1,4 +1,4 @@
-export { BatchedWriter, type BatchedWriterOptions } from './batch.ts';
+export { BatchedWriter, type BatchedWriterOptions, ListWriter } from './batch.ts';
 export {
   type BreakerChangeMessage,
   CHANNELS,
@@ -29,7 +29,7 @@ export {
 } from './errors.ts';
 export { createKeys, type Keys, tenantTag } from './keys.ts';
 export { createLogger, type Logger, packageLogger } from './logger.ts';
-export { counter, gauge, histogram, registry } from './metrics.ts';
+export { counter, gauge, histogram, metricFactory, registry } from './metrics.ts';
 export { createQueue, JOB_OPTS } from './queue.ts';
 export { createRedis, type RedisClient } from './redis.ts';
 export { retryDelayMs, retryForever, sleep, withTimeout } from './retry.ts';

@@ -40,3 +40,24 @@ export function histogram<L extends string = string>(
 ): Histogram<L> {
   return getOrCreate(conf.name, () => new Histogram<L>({ ...conf, registers: [registry] }));
 }
+
+/**
+ * A package's metric constructors bound to its help texts (one table, metric name → help), so a
+ * declaration is one line: `counter('spillway_x_total', ['outcome'])`.
+ */
+export function metricFactory<N extends string>(help: Readonly<Record<N, string>>) {
+  return {
+    counter: <L extends string = string>(name: N, labelNames?: readonly L[]): Counter<L> =>
+      counter<L>({ name, help: help[name], ...(labelNames ? { labelNames } : {}) }),
+    gauge: <L extends string = string>(
+      name: N,
+      opts: Pick<GaugeConfiguration<L>, 'labelNames' | 'collect'> = {},
+    ): Gauge<L> => gauge<L>({ name, help: help[name], ...opts }),
+    histogram: <L extends string = string>(
+      name: N,
+      buckets: number[],
+      labelNames?: readonly L[],
+    ): Histogram<L> =>
+      histogram<L>({ name, help: help[name], buckets, ...(labelNames ? { labelNames } : {}) }),
+  };
+}

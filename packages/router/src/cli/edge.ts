@@ -8,6 +8,7 @@ import {
   loadAllowRanges,
   setEdgeMode,
 } from '@spillway/ingest';
+import { loadConfig } from '@spillway/shared';
 import { Argument, type Command, Option } from 'commander';
 
 type Result = { available: boolean; reason?: string };
@@ -68,7 +69,8 @@ export function registerEdgeCommands(program: Command): void {
     ) => {
       const r = await attachEdge({
         devices: o.dev,
-        port: o.port ? Number(o.port) : undefined,
+        // Without --port: the ingest port the server is configured with (shared config, validated).
+        port: o.port ? Number(o.port) : loadConfig().ingestPort,
         mode: o.mode,
         xdpMode: o.xdpMode,
         trace: o.trace,

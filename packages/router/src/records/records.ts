@@ -1,8 +1,8 @@
 import {
-  BatchedWriter,
   type DeliveryRecord,
   type DlqEntry,
   type Keys,
+  ListWriter,
   type Logger,
   type RedisClient,
 } from '@spillway/shared';
@@ -28,16 +28,7 @@ export class RecordWriter {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
   readonly #logger: Logger;
-  #buf: Write[] = [];
-  readonly #writer = new BatchedWriter<Write[]>({
-    flushMs: FLUSH_MS,
-    take: () => {
-      const buf = this.#buf;
-      this.#buf = [];
-      return buf.length > 0 ? buf : undefined;
-    },
-    write: (buf) => this.#write(buf),
-  });
+  readonly #writer = new ListWriter<Write>({ flushMs: FLUSH_MS, write: (buf) => this.#write(buf) });
 
   constructor(redis: RedisClient, keys: Keys, logger: Logger) {
     this.#redis = redis;
@@ -72,8 +63,7 @@ export class RecordWriter {
   }
 
   #push(w: Write): void {
-    this.#buf.push(w);
-    this.#writer.schedule();
+    this.#writer.add(w);
   }
 
   /** Writes what is buffered; resolves once every write started so far has ended. */

@@ -1,4 +1,4 @@
-import { BatchedWriter, JOB_OPTS, type Logger, retryForever } from '@spillway/shared';
+import { JOB_OPTS, ListWriter, type Logger, retryForever } from '@spillway/shared';
 import type { Queue } from 'bullmq';
 import { retryJobsTotal, retryTasksTotal } from '../metrics.ts';
 import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
@@ -30,16 +30,7 @@ interface Item {
 export class RetryScheduler {
   readonly #queue: Queue;
   readonly #logger: Logger;
-  #buf: Item[] = [];
-  readonly #writer = new BatchedWriter<Item[]>({
-    flushMs: FLUSH_MS,
-    take: () => {
-      const buf = this.#buf;
-      this.#buf = [];
-      return buf.length > 0 ? buf : undefined;
-    },
-    write: (items) => this.#write(items),
-  });
+  readonly #writer = new ListWriter<Item>({ flushMs: FLUSH_MS, write: (items) => this.#write(items) });
   #closed = false;
 
   constructor(queue: Queue, logger: Logger) {
@@ -49,8 +40,7 @@ export class RetryScheduler {
 
   schedule(task: DeliveryTask, delayMs: number): Promise<void> {
     return new Promise<void>((resolve) => {
-      this.#buf.push({ task, delayMs, resolve });
-      this.#writer.schedule();
+      this.#writer.add({ task, delayMs, resolve });
     });
   }
 

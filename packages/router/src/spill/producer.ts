@@ -1,4 +1,4 @@
-import { BatchedWriter, channels, type Logger, retryForever } from '@spillway/shared';
+import { channels, ListWriter, type Logger, retryForever } from '@spillway/shared';
 import type { Kafka, Producer } from 'kafkajs';
 import { spillProducedTotal } from '../metrics.ts';
 import { type DeliveryTask, taskToWire } from '../worker/fanout.ts';
@@ -36,16 +36,11 @@ export class SpillProducer {
   readonly #logger: Logger;
   #producer: Producer | undefined;
   #connecting: Promise<Producer> | undefined;
-  #buf: Item[] = [];
   /** One send at a time; what arrives during a send goes in the next (see above). */
-  readonly #writer = new BatchedWriter<Item[]>({
+  readonly #writer = new ListWriter<Item>({
     flushMs: FLUSH_MS,
+    maxItems: MAX_BATCH,
     serial: true,
-    take: () => {
-      const buf = this.#buf;
-      this.#buf = [];
-      return buf.length > 0 ? buf : undefined;
-    },
     write: (batch) => this.#sendAll(batch),
   });
   #closed = false;
@@ -61,10 +56,7 @@ export class SpillProducer {
   spill(task: DeliveryTask): Promise<void> {
     if (this.#closed) return Promise.reject(new Error('spill producer closed'));
     return new Promise<void>((resolve) => {
-      this.#buf.push({ task, resolve });
-      if (this.#writer.busy) return; // the running loop takes it with its next send
-      if (this.#buf.length >= MAX_BATCH) void this.#writer.flush();
-      else this.#writer.schedule();
+      this.#writer.add({ task, resolve });
     });
   }
 
