@@ -47,7 +47,11 @@ if (argv[0] === 'start' && (role === 'worker' || role === 'all') && typeof proce
     ]
       .filter(([name]) => !given.includes(name))
       .map(([, flag]) => flag);
-    const env = { ...process.env, [tuning.markerVariable]: '1', MALLOC_ARENA_MAX: tuning.mallocArenaMax ?? '2' };
+    const env = {
+      ...process.env,
+      [tuning.markerVariable]: '1',
+      MALLOC_ARENA_MAX: tuning.mallocArenaMax ?? '2',
+    };
     const { fileURLToPath } = await import('node:url');
     process.execve(
       process.execPath,

@@ -155,7 +155,11 @@ describe('toResponse', () => {
 
   it('maps Redis down to 503, framework 4xx by code, anything else to a 500 that hides the message', () => {
     const down = toResponse(Object.assign(new Error('Connection is closed.'), {}));
-    expect([down.status, down.body.error.code, down.headers['retry-after']]).toEqual([503, 'unavailable', '1']);
+    expect([down.status, down.body.error.code, down.headers['retry-after']]).toEqual([
+      503,
+      'unavailable',
+      '1',
+    ]);
     const json = toResponse(
       Object.assign(new Error('bad json'), { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }),
     );

@@ -47,6 +47,26 @@ function simple<R>(
 const tenantPath = (tenantId: string, ...rest: string[]) =>
   `/v1/tenants/${seg(tenantId)}${rest.map((part, i) => `/${i % 2 ? seg(part) : part}`).join('')}`;
 
+/** `<group> list <tid>`: one of a tenant's collections as a table. */
+const listCommand = (parent: Command, collection: string, cols: string[], row: (r: Row) => Row = (r) => r) =>
+  simple(
+    parent,
+    'list',
+    ['tid'],
+    (client, [tid]) => client.get<{ data: Row[] }>(tenantPath(tid!, collection)),
+    (r) => printTable(r.data.map(row), cols),
+  );
+
+/** `<group> get <tid> <id>`: one item of a tenant's collection. */
+const getCommand = (parent: Command, collection: string, idArg: string, show: (r: Row) => void) =>
+  simple(
+    parent,
+    'get',
+    ['tid', idArg],
+    (client, [tid, id]) => client.get<Row>(tenantPath(tid!, collection, id!)),
+    show,
+  );
+
 /** `delete`: prints `deleted <what> <id>` (JSON `{id, deleted: true}`). */
 function deleteCommand(parent: Command, what: string, args: string[], verb = 'delete'): Command {
   const done = verb === 'delete' ? 'deleted' : `${verb}d`;
@@ -284,24 +304,12 @@ export function registerOperatorCommands(program: Command): void {
       const k = await client.post<Row>(`/v1/tenants/${seg(tid)}/keys`, o.name ? { name: o.name } : {});
       json ? printJson(k) : printKv(k);
     });
-  simple(
-    keys,
-    'list',
-    ['tid'],
-    (client, [tid]) => client.get<{ data: Row[] }>(tenantPath(tid!, 'keys')),
-    (r) => printTable(r.data, ['id', 'name', 'createdAt']),
-  );
+  listCommand(keys, 'keys', ['id', 'name', 'createdAt']);
   deleteCommand(keys, 'key', ['tid', 'keyId'], 'revoke');
 
   // --- endpoints -----------------------------------------------------------------------------
   const endpoints = program.command('endpoints').description("manage a tenant's delivery endpoints");
-  simple(
-    endpoints,
-    'list',
-    ['tid'],
-    (client, [tid]) => client.get<{ data: Row[] }>(tenantPath(tid!, 'endpoints')),
-    (r) => printTable(r.data.map(endpointRow), ['tenantId', ...ENDPOINT_COLS]),
-  );
+  listCommand(endpoints, 'endpoints', ['tenantId', ...ENDPOINT_COLS], endpointRow);
   withRate(
     endpoints
       .command('create')
@@ -325,25 +333,15 @@ export function registerOperatorCommands(program: Command): void {
       json ? printJson(e) : printKv({ ...endpointRow(e), secret: e.secret });
     },
   );
-  simple(
-    endpoints,
-    'get',
-    ['tid', 'eid'],
-    (client, [tid, eid]) => client.get<Row>(tenantPath(tid!, 'endpoints', eid!)),
-    (e) => printKv({ ...endpointRow(e), secret: e.secret, createdAt: e.createdAt }),
+  getCommand(endpoints, 'endpoints', 'eid', (e) =>
+    printKv({ ...endpointRow(e), secret: e.secret, createdAt: e.createdAt }),
   );
   deleteCommand(endpoints, 'endpoint', ['tid', 'eid']);
   pauseResumeCommands(endpoints, 'endpoint', ['tid', 'eid']);
 
   // --- sources -------------------------------------------------------------------------------
   const sources = program.command('sources').description("manage a tenant's incoming provider webhooks");
-  simple(
-    sources,
-    'list',
-    ['tid'],
-    (client, [tid]) => client.get<{ data: Row[] }>(tenantPath(tid!, 'sources')),
-    (r) => printTable(r.data.map(sourceRow), SOURCE_COLS),
-  );
+  listCommand(sources, 'sources', SOURCE_COLS, sourceRow);
   withRate(
     sources
       .command('create')
@@ -371,13 +369,7 @@ export function registerOperatorCommands(program: Command): void {
       json ? printJson(src) : printKv(sourceRow(src));
     },
   );
-  simple(
-    sources,
-    'get',
-    ['tid', 'sid'],
-    (client, [tid, sid]) => client.get<Row>(tenantPath(tid!, 'sources', sid!)),
-    (src) => printKv(sourceRow(src)),
-  );
+  getCommand(sources, 'sources', 'sid', (src) => printKv(sourceRow(src)));
   deleteCommand(sources, 'source', ['tid', 'sid']);
 
   // --- events --------------------------------------------------------------------------------
@@ -403,16 +395,10 @@ export function registerOperatorCommands(program: Command): void {
       });
       json ? printJson(r) : process.stdout.write(`${r.duplicate ? 'duplicate' : 'accepted'} ${r.id}\n`);
     });
-  simple(
-    events,
-    'get',
-    ['tid', 'eventId'],
-    (client, [tid, eventId]) => client.get<Row>(tenantPath(tid!, 'events', eventId!)),
-    (e) => {
-      printKv({ id: e.id, type: e.type, receivedAt: e.receivedAt });
-      printTable(e.deliveries as Row[], ['endpointId', 'status', 'attempts', 'lastStatus', 'lastError']);
-    },
-  );
+  getCommand(events, 'events', 'eventId', (e) => {
+    printKv({ id: e.id, type: e.type, receivedAt: e.receivedAt });
+    printTable(e.deliveries as Row[], ['endpointId', 'status', 'attempts', 'lastStatus', 'lastError']);
+  });
 
   // --- dead letters --------------------------------------------------------------------------
   const dlq = program.command('dlq').description("a tenant's dead letters");

@@ -233,27 +233,24 @@ export class ConfigCache implements SourceDirectory {
     return e !== undefined && Date.now() - e.at < this.#ttlMs;
   }
 
-  async tenant(tenantId: string): Promise<Tenant | undefined> {
-    const e = this.#tenants.get(tenantId);
-    if (this.#fresh(e)) return e.value;
-    const value = await this.#store.getTenant(tenantId);
-    this.#tenants.set(tenantId, { value, at: Date.now() });
-    return value;
+  tenant(tenantId: string): Promise<Tenant | undefined> {
+    return this.#cached(this.#tenants, tenantId, () => this.#store.getTenant(tenantId));
   }
 
-  async endpoints(tenantId: string): Promise<Endpoint[]> {
-    const e = this.#endpoints.get(tenantId);
-    if (this.#fresh(e)) return e.value;
-    const value = await this.#store.listEndpoints(tenantId);
-    this.#endpoints.set(tenantId, { value, at: Date.now() });
-    return value;
+  endpoints(tenantId: string): Promise<Endpoint[]> {
+    return this.#cached(this.#endpoints, tenantId, () => this.#store.listEndpoints(tenantId));
   }
 
-  async get(sourceId: string): Promise<Source | undefined> {
-    const e = this.#sources.get(sourceId);
+  get(sourceId: string): Promise<Source | undefined> {
+    return this.#cached(this.#sources, sourceId, () => this.#store.getSource(sourceId));
+  }
+
+  /** The fresh cached value, or a load from the store (cached with the time it was read). */
+  async #cached<T>(map: Map<string, Entry<T>>, key: string, load: () => Promise<T>): Promise<T> {
+    const e = map.get(key);
     if (this.#fresh(e)) return e.value;
-    const value = await this.#store.getSource(sourceId);
-    this.#sources.set(sourceId, { value, at: Date.now() });
+    const value = await load();
+    map.set(key, { value, at: Date.now() });
     return value;
   }
 

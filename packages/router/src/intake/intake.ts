@@ -20,10 +20,7 @@ import { RECORD_TTL_S } from '../records/records.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
-export interface IntakeJobData {
-  v: 1;
-  events: WireEvent[];
-}
+export type IntakeJobData = { v: 1; events: WireEvent[] };
 
 /** Largest batch one group commit makes durable. */
 const MAX_BATCH = 256;

@@ -4,10 +4,7 @@ import { retryJobsTotal, retryTasksTotal } from '../metrics.ts';
 import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
 
 /** Data of one retry job: tasks that are due at the same time. */
-export interface RetryJobData {
-  v: 1;
-  tasks: WireTask[];
-}
+export type RetryJobData = { v: 1; tasks: WireTask[] };
 
 const FLUSH_MS = 5;
 /** Tasks whose delays differ by less than this share one delayed job. */
