@@ -100,7 +100,7 @@ describe('durable intake', () => {
   });
 
   it('Redis down: every caller in the batch rejects with SPW_ERR_UNAVAILABLE and Retry-After', async () => {
-    const { rt, intake } = intakeOn({ SPILLWAY_REDIS_URL: 'redis://127.0.0.1:1' });
+    const { intake } = intakeOn({ SPILLWAY_REDIS_URL: 'redis://127.0.0.1:1' });
     const rs = await Promise.allSettled([
       intake.submit(makeEvent('acme', 'x1')),
       intake.submit(makeEvent('acme', 'x2')),

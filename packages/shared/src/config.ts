@@ -43,6 +43,19 @@ export const DEFAULTS = {
   SPILLWAY_NODE_TUNING: '1',
 } as const;
 
+/** Reports a bad value (one line naming the variable) from inside a zod transform. */
+function invalid(ctx: z.RefinementCtx, message: string): never {
+  ctx.addIssue({ code: 'custom', message });
+  return z.NEVER;
+}
+
+/** A comma-separated list, items trimmed, empty ones dropped. */
+const csv = (s: string) =>
+  s
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean);
+
 const port = (name: string) =>
   z
     .string()
@@ -60,11 +73,7 @@ const duration = (name: string) =>
   z.string().transform((s, ctx) => {
     const ms = parseDuration(s);
     if (ms === undefined || ms <= 0) {
-      ctx.addIssue({
-        code: 'custom',
-        message: `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")`,
-      });
-      return z.NEVER;
+      return invalid(ctx, `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")`);
     }
     return ms;
   });
@@ -97,27 +106,19 @@ const schema = z.object({
       const u = new URL(s);
       return { kind: 'standalone', url: s, nodes: [{ host: u.hostname, port: Number(u.port || 6379) }] };
     }
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(
+      ctx,
+      `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
+    );
   }),
   SPILLWAY_KAFKA_BROKERS: z.string().transform((s, ctx) => {
-    const list = s
-      .split(',')
-      .map((b) => b.trim())
-      .filter(Boolean);
+    const list = csv(s);
     if (
       list.length > 0 &&
       list.every((b) => /^[\w.-]+:\d{1,5}$/.test(b) || /^\[[0-9a-f:]+\]:\d{1,5}$/i.test(b))
     )
       return list;
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(ctx, `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")`);
   }),
   SPILLWAY_INGEST_PORT: port('SPILLWAY_INGEST_PORT'),
   SPILLWAY_ADMIN_PORT: port('SPILLWAY_ADMIN_PORT'),
@@ -129,26 +130,21 @@ const schema = z.object({
   SPILLWAY_RETRY_SCHEDULE: z.string().transform((s, ctx) => {
     const parts = s.split(',').map((p) => parseDuration(p));
     if (parts.length > 0 && parts.every((ms) => ms !== undefined && ms > 0)) return parts as number[];
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_RETRY_SCHEDULE must be a comma-separated list of durations like 5s,5m,30m (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(
+      ctx,
+      `SPILLWAY_RETRY_SCHEDULE must be a comma-separated list of durations like 5s,5m,30m (got "${s}")`,
+    );
   }),
   SPILLWAY_TARGET_ALLOW_CIDRS: z.string().transform((s, ctx) => {
-    const list = s
-      .split(',')
-      .map((c) => c.trim())
-      .filter(Boolean);
+    const list = csv(s);
     for (const c of list) {
       try {
         ipaddr.parseCIDR(c);
       } catch {
-        ctx.addIssue({
-          code: 'custom',
-          message: `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)`,
-        });
-        return z.NEVER;
+        return invalid(
+          ctx,
+          `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)`,
+        );
       }
     }
     return list;
@@ -188,11 +184,7 @@ const schema = z.object({
   ),
   SPILLWAY_ADMIN_URL: z.string().transform((s, ctx) => {
     if (/^https?:\/\/[^/\s]+/.test(s) && URL.canParse(s)) return s.replace(/\/+$/, '');
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_ADMIN_URL must be an http:// or https:// URL (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(ctx, `SPILLWAY_ADMIN_URL must be an http:// or https:// URL (got "${s}")`);
   }),
   SPILLWAY_NODE_TUNING: z.enum(['0', '1'], {
     error: (i) => `SPILLWAY_NODE_TUNING must be 0 or 1 (got "${String(i.input)}")`,
