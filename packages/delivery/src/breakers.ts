@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { Logger } from '@spillway/shared';
+import { channels, type Logger, packageLogger } from '@spillway/shared';
 import { LRUCache } from 'lru-cache';
 import CircuitBreaker from 'opossum';
 import { breakerState as breakerGauge } from './metrics.ts';
@@ -69,7 +69,7 @@ export class Breakers {
     };
     // Below 10 attempts a couple of unlucky timeouts would open a healthy endpoint's breaker.
     this.#opts.volumeThreshold = Math.max(10, this.#opts.volumeThreshold);
-    this.#logger = logger;
+    this.#logger = logger && packageLogger(logger, 'delivery');
     this.#rotate.setMaxListeners(0);
     this.#timer = setInterval(
       () => this.#rotate.emit('rotate'),
@@ -120,6 +120,8 @@ export class Breakers {
     const log = (state: BreakerStateName, value: number) => {
       breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, value);
       this.#logger?.info({ tenantId, endpointId, state }, 'endpoint breaker state');
+      if (channels.breakerChange.hasSubscribers)
+        channels.breakerChange.publish({ tenantId, endpointId, state });
     };
     breaker.on('open', () => {
       entry.openedAt = Date.now();

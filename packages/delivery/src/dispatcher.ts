@@ -1,8 +1,7 @@
 import type { Endpoint, Keys, Logger, RateGate, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
-import { VERSION } from '@spillway/shared';
+import { channels, VERSION } from '@spillway/shared';
 import pLimit, { type LimitFunction } from 'p-limit';
 import { AttemptFailure, type BreakerOptions, type BreakerStateName, Breakers } from './breakers.ts';
-import { attemptChannel } from './channels.ts';
 import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
 import { attemptSeconds, attemptsTotal, inFlightGauge } from './metrics.ts';
 import { TenantPools } from './pools.ts';
@@ -122,9 +121,19 @@ export class Dispatcher {
     endpoint: Endpoint,
     opts: { rated?: boolean } = {},
   ): Promise<AttemptOutcome> {
+    const started = performance.now();
     const outcome = await this.#dispatch(task, tenant, endpoint, opts.rated === true);
     attemptsTotal.inc({ outcome: outcome.kind });
-    if (attemptChannel.hasSubscribers) attemptChannel.publish({ task, outcome });
+    if (channels.deliveryAttempt.hasSubscribers)
+      channels.deliveryAttempt.publish({
+        tenantId: task.tenantId,
+        endpointId: task.endpointId,
+        eventId: task.eventId,
+        attempt: task.attempt,
+        outcome: outcome.kind === 'delivered' || outcome.kind === 'deferred' ? outcome.kind : outcome.error,
+        ...('status' in outcome && outcome.status !== undefined ? { status: outcome.status } : {}),
+        durationMs: performance.now() - started,
+      });
     if (outcome.kind !== 'delivered') {
       this.#logger.debug(
         {

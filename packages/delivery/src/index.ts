@@ -1,7 +1,6 @@
 /** @spillway/delivery — outbound delivery: dispatcher, signing, SSRF guard, retry timing, leased-token limiter. */
 
 export type { BreakerOptions, BreakerStateName } from './breakers.ts';
-export { attemptChannel } from './channels.ts';
 export {
   type AttemptOutcome,
   classifyError,

@@ -221,8 +221,8 @@ describe('Dispatcher: diagnostics channel', () => {
     const t = tenant(tid);
     const seen: { eventId: string; kind: string }[] = [];
     const onMsg = (m: unknown) => {
-      const { task: tk, outcome } = m as { task: { eventId: string }; outcome: { kind: string } };
-      seen.push({ eventId: tk.eventId, kind: outcome.kind });
+      const { eventId, outcome } = m as { eventId: string; outcome: string };
+      seen.push({ eventId, kind: outcome });
     };
     diagnosticsChannel.subscribe('spillway:delivery:attempt', onMsg);
     const ok = task(tid, 'e1');
@@ -233,7 +233,7 @@ describe('Dispatcher: diagnostics channel', () => {
     await d.dispatch(task(tid, 'e1'), t, endpoint(tid, 'e1', `${r.url}/ok`));
     expect(seen).toEqual([
       { eventId: ok.eventId, kind: 'delivered' },
-      { eventId: bad.eventId, kind: 'retry' },
+      { eventId: bad.eventId, kind: 'http_500' },
     ]);
     await d.close();
   });

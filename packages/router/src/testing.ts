@@ -3,6 +3,7 @@
  * Production code and other packages import `./index.ts` only.
  */
 export { readEvent } from './records/records.ts';
-export { type Started, start } from './roles/start.ts';
+export { type Role, type Started, start } from './roles/start.ts';
+export { SpillProducer } from './spill/producer.ts';
 export { Credits } from './worker/credits.ts';
 export { eventFromWire, eventToWire, fanOut, taskFromWire, taskToWire } from './worker/fanout.ts';

@@ -7,7 +7,7 @@ import { Pool } from 'undici';
 import { until } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
-import { eventBody, openIntake, SpillwayCluster } from '../lib/spillway.ts';
+import { eventBody, openIntake, redisCommands, SpillwayCluster } from '../lib/spillway.ts';
 import type { Benchmark } from './types.ts';
 
 const CONNECTIONS = 16;
@@ -79,6 +79,7 @@ export const fanout: Benchmark = {
             await Promise.all(jobs);
           }
           const enqueueS = (performance.now() - t0) / 1000;
+          const cmds0 = await redisCommands(c);
           await c.startRole('worker');
           const started = performance.timeOrigin + performance.now();
           try {
@@ -94,6 +95,9 @@ export const fanout: Benchmark = {
             quick ? 60_000 : 180_000,
           ).catch(() => {});
           const st = await sink.stats(tag);
+          // Every Redis command the worker sent from its start to the last delivery (job claims,
+          // locks, records, counters, limiter, stats), per delivery.
+          const perDelivery = ((await redisCommands(c)) - cmds0) / Math.max(1, st.count);
           const rate = (st.count * 1000) / Math.max(1, st.last - st.first);
           const sinceStart = (st.count * 1000) / Math.max(1, st.last - started);
           log(
@@ -106,6 +110,7 @@ export const fanout: Benchmark = {
               deliveries: rate,
               fromStart: sinceStart,
               delivered: `${st.count}/${expected}`,
+              redisPerDelivery: perDelivery,
               status: st.count >= expected ? 'ok' : 'incomplete',
             },
           });
@@ -146,6 +151,7 @@ export const fanout: Benchmark = {
         { key: 'deliveries', header: 'deliveries/s' },
         { key: 'vsRaw', header: '÷ raw undici', digits: 2 },
         { key: 'fromStart', header: 'incl. worker start /s' },
+        { key: 'redisPerDelivery', header: 'Redis calls/delivery', digits: 3 },
         { key: 'delivered', header: 'delivered' },
         { key: 'status', header: 'status' },
       ],

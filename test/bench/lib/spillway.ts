@@ -336,3 +336,9 @@ export function describeDeath(r: RoleProc): string {
   const tail = (r.proc.err() || r.proc.out()).trim().split('\n').slice(-4).join(' | ').slice(-600);
   return `${r.role} pid ${r.proc.pid} exited ${r.proc.child.exitCode ?? r.proc.child.signalCode}: ${tail}`;
 }
+
+/** Commands the Redis server has processed so far (INFO stats): deltas give Redis calls per delivery. */
+export async function redisCommands(c: SpillwayCluster): Promise<number> {
+  const info = String(await c.redis.info('stats'));
+  return Number(/total_commands_processed:(\d+)/.exec(info)?.[1] ?? Number.NaN);
+}

@@ -30,7 +30,7 @@ export function startStatsPublisher(
     ]);
   };
   const timer = setInterval(() => {
-    publish().catch((err) => logger.debug({ err: (err as Error).message }, 'stats publish failed'));
+    publish().catch((err: unknown) => logger.debug({ err }, 'stats publish failed'));
   }, PUBLISH_MS);
   timer.unref();
   void publish().catch(() => {});

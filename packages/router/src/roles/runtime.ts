@@ -8,6 +8,7 @@ import {
   errors,
   type Keys,
   type Logger,
+  packageLogger,
   type RedisClient,
 } from '@spillway/shared';
 import kafkajs, { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
@@ -31,11 +32,13 @@ export interface Runtime {
 
 export function createRuntime(
   config: Readonly<Config>,
-  logger: Logger = createLogger(config.logLevel),
+  root: Logger = createLogger(config.logLevel),
 ): Runtime {
+  // The router's logs carry pkg=router; packages handed this logger take their own child (packageLogger).
+  const logger = packageLogger(root, 'router');
   const keys = createKeys(config.prefix);
   const redis = createRedis(config.redis, { maxRetriesPerRequest: 2 });
-  redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
+  redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
   const kafka = new Kafka({
     clientId: `spillway-${process.pid}`,
     brokers: config.kafkaBrokers,

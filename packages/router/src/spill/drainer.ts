@@ -1,4 +1,4 @@
-import type { Logger } from '@spillway/shared';
+import { type Logger, retryForever, sleep } from '@spillway/shared';
 import type { Admin, Consumer, EachBatchPayload, Kafka } from 'kafkajs';
 import { spillAdmittedTotal, spillLookaheadRecords, spillReappendedTotal } from '../metrics.ts';
 import type { TenantCounters } from '../records/counters.ts';
@@ -89,10 +89,7 @@ export class Drainer {
     });
     this.#consumer = consumer;
     consumer.on(consumer.events.CRASH, (e) => {
-      this.#o.logger.warn(
-        { err: (e.payload.error as Error)?.message, restart: e.payload.restart },
-        'drainer consumer crashed',
-      );
+      this.#o.logger.warn({ err: e.payload.error, restart: e.payload.restart }, 'drainer consumer crashed');
       // kafkajs restarts by itself when `restart` is true; otherwise start over with a fresh consumer.
       if (!e.payload.restart && !this.#stopping) {
         setTimeout(() => {
@@ -101,7 +98,7 @@ export class Drainer {
             .disconnect()
             .catch(() => {})
             .then(() => this.start())
-            .catch((err) => this.#o.logger.error({ err: (err as Error).message }, 'drainer restart failed'));
+            .catch((err: unknown) => this.#o.logger.error({ err }, 'drainer restart failed'));
         }, 1000);
       }
     });
@@ -156,21 +153,18 @@ export class Drainer {
     const unsub = engine.onWake(() => wake());
     try {
       // Config of every tenant in the look-ahead, so admission decisions are synchronous.
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await Promise.all(
-            [...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))].map((t) =>
-              engine.view(t),
-            ),
-          );
-          break;
-        } catch (err) {
-          if (!isRunning() || isStale() || this.#stopping) return;
-          logger.warn({ err: (err as Error).message, attempt }, 'drainer cannot load tenant config; waiting');
+      const tenants = [...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))];
+      const loaded = await retryForever(
+        async () => {
+          await Promise.all(tenants.map((t) => engine.view(t)));
+        },
+        async (err, attempt) => {
+          if (!isRunning() || isStale() || this.#stopping) return false;
+          logger.warn({ err, attempt }, 'drainer cannot load tenant config; waiting');
           await heartbeat().catch(() => {});
-          await sleep(Math.min(200 * 2 ** Math.min(attempt, 4), 3000));
-        }
-      }
+        },
+      );
+      if (!loaded) return;
       for (;;) {
         // Stopping or revoked: admit nothing more, but let admitted tasks finish so their offsets
         // resolve and a graceful leave causes no duplicates (kafkajs waits for this batch).
@@ -261,7 +255,7 @@ export class Drainer {
     try {
       return (await this.#latest.offsets).get(partition);
     } catch (err) {
-      this.#o.logger.debug({ err: (err as Error).message }, 'cannot read latest spill offsets');
+      this.#o.logger.debug({ err }, 'cannot read latest spill offsets');
       return undefined;
     }
   }
@@ -274,5 +268,3 @@ export class Drainer {
     await admin?.then((a) => a.disconnect()).catch(() => {});
   }
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

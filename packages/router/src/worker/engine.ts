@@ -348,7 +348,10 @@ export class Engine {
       h.owner.settle();
       this.#released();
     };
-    if (fate === 'spill') return this.#spill(h);
+    if (fate === 'spill') {
+      this.#spill(h);
+      return;
+    }
     if (fate === 'endpoint_disabled') {
       void this.#d.settler.parked(h.task, 'endpoint_disabled').then(done);
       return;

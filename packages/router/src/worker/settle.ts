@@ -1,4 +1,10 @@
-import type { DeliveryRecord, Keys, Logger, RedisClient } from '@spillway/shared';
+import {
+  type DeliveryRecord,
+  type Keys,
+  type Logger,
+  type RedisClient,
+  retryForever,
+} from '@spillway/shared';
 import { dlqWritesTotal, tasksDiscardedTotal } from '../metrics.ts';
 import type { TenantCounters } from '../records/counters.ts';
 import { pushDlq, type RecordWriter } from '../records/records.ts';
@@ -125,16 +131,11 @@ export class Settler {
       lastError,
       failedAt: new Date().toISOString(),
     };
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await pushDlq(this.#d.redis, this.#d.keys, task, entry);
-        dlqWritesTotal.inc();
-        break;
-      } catch (err) {
-        this.#d.logger.warn({ err, attempt }, 'DLQ write failed; retrying');
-        await new Promise((r) => setTimeout(r, Math.min(200 * 2 ** Math.min(attempt, 4), 3000)));
-      }
-    }
+    await retryForever(
+      () => pushDlq(this.#d.redis, this.#d.keys, task, entry),
+      (err, attempt) => void this.#d.logger.warn({ err, attempt }, 'DLQ write failed; retrying'),
+    );
+    dlqWritesTotal.inc();
     this.local(task.tenantId).failed++;
     this.#ep(task.tenantId, task.endpointId).failed++;
     this.#d.counters.add(task.tenantId, 'failed', 1, task.endpointId);
