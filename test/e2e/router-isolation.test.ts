@@ -63,10 +63,10 @@ describe('isolation by structure: 50 tenants, one hanging, one flooding, 48 calm
       if (!arrived.has(id)) arrived.set(id, Date.now());
       return { status: 200 };
     });
-    const hangRx = await s.receiver(() => ({ status: 200, delayMs: 15_000 }));
+    const hangRx = await s.receiver(() => ({ status: 200, delayMs: 20_000 }));
     const floodRx = await s.receiver(() => ({ status: 200, delayMs: 2 }));
     const hang = await makeTenant(s.store, { concurrency: 8, maxInFlight: 1000 });
-    await makeEndpoint(s.store, hang.id, hangRx.url, { timeoutMs: 5000 });
+    await makeEndpoint(s.store, hang.id, hangRx.url, { timeoutMs: 8000 });
     const flood = await makeTenant(s.store, { concurrency: 8, maxInFlight: 1000 });
     await makeEndpoint(s.store, flood.id, floodRx.url);
     const calm = [];
@@ -111,9 +111,10 @@ describe('isolation by structure: 50 tenants, one hanging, one flooding, 48 calm
     );
     const lat = [...sentAt].map(([id, t0]) => arrived.get(id)! - t0).sort((a, b) => a - b);
     const p99 = lat[Math.ceil(lat.length * 0.99) - 1]!;
-    // Without isolation the calm events wait behind the hanging tenant's 5 s timeouts (or behind
-    // the flood's backlog); with it they are delivered within a few event-loop turns.
-    expect(p99).toBeLessThan(2000);
+    // Without isolation the calm events wait behind the hanging tenant's 8 s timeouts (or behind
+    // the flood's backlog); with it they are delivered within a few event-loop turns — the bound
+    // is half the timeout so that a busy CI machine does not decide the verdict.
+    expect(p99).toBeLessThan(4000);
     // The flood is delivered in full; the hanging tenant's tasks are all still owned (none lost):
     // on the wire, spilled, or waiting for a retry.
     await waitFor(() => floodRx.got.size >= 1000, 'the whole flood', 60_000);
