@@ -96,7 +96,11 @@ async function main() {
       `1-min load average when it started: ${load}${roundLoads.length ? `; before each round: ${roundLoads.join(', ')}` : ''}.${[load, ...roundLoads].some((l) => l > LOAD_WARN) ? ` Over ${LOAD_WARN}: other work was running, the spread columns show how much it moved the numbers.` : ''}`,
     );
     printResult(result);
-    file.results[b.name] = result;
+    // A machine that cannot run a benchmark (edge without root) keeps the last real result.
+    const kept = prev?.results[b.name];
+    if (result.status === 'skipped' && kept && kept.status !== 'skipped')
+      process.stdout.write(`  (kept the previous ${b.name} result from ${kept.startedAt})\n`);
+    else file.results[b.name] = result;
     // Written after every benchmark: an interrupted run still leaves what it measured.
     writeAll(OUT, file, ALL, INTRO);
   }

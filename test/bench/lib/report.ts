@@ -70,6 +70,7 @@ const fmt = (v: number | string | undefined, digits = 0): string => {
 };
 
 export function tableLines(r: BenchResult): string[] {
+  if (r.columns.length === 0) return [];
   const headers = ['', ...r.columns.map((c) => c.header)];
   const body = r.rows.map((row) => [
     row.label,
