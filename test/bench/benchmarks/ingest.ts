@@ -63,7 +63,12 @@ async function forkWithPort(mod: string, args: string[] = [], env: NodeJS.Proces
   const proc = forkTs(new URL(mod, import.meta.url), args, env);
   const m = await new Promise<{ port: number; backend?: string }>((resolve, reject) => {
     proc.child.once('message', (x: { port: number; backend?: string }) => resolve(x));
-    proc.child.once('exit', (c) => reject(new Error(`${mod} exited ${c}: ${proc.err().trim().slice(-300)}`)));
+    proc.child.once('exit', (c) => {
+      // The error's own line, not the tail of its stack.
+      const err = proc.err().trim();
+      const line = err.split('\n').find((l) => /error/i.test(l)) ?? err.slice(-300);
+      reject(new Error(`${mod} exited ${c}: ${line.trim()}`));
+    });
   });
   return { proc, ...m };
 }
@@ -103,10 +108,12 @@ function spillwayTarget(backend: 'node' | 'uring', role: 'ingest' | 'all'): Targ
         // dedup marker in Redis (written with its batch).
         async verify(acked) {
           const markers = await countKeys(c.redis, `${c.prefix}:{t:acme}:dedup:*`);
-          const delivered = sink ? ` (${(await sink.stats('all')).count} delivered meanwhile)` : '';
+          const delivered = sink
+            ? `its worker delivered ${(await sink.stats('all')).count} of the ${acked} events meanwhile.`
+            : undefined;
           if (seen && seen !== backend) return { status: `ran as ${seen}` };
           return markers >= acked
-            ? { status: `ok, durable${delivered}` }
+            ? { status: 'ok, durable', note: delivered }
             : {
                 status: `only ${markers}/${acked} durable`,
                 note: `${acked} requests acknowledged but only ${markers} dedup markers in Redis.`,
