@@ -179,7 +179,7 @@ export const noisy: Benchmark = {
         { key: 'p50', header: 'p50 ms median', digits: 1 },
         { key: 'p99', header: 'p99 ms median', digits: 1 },
         { key: 'p99Worst', header: 'worst', digits: 1 },
-        { key: 'max', header: 'max ms', digits: 1 },
+        { key: 'max', header: 'max ms (worst)', digits: 1 },
         { key: 'ratio', header: 'p99 ratio median', digits: 2 },
         { key: 'ratioWorst', header: 'worst', digits: 2 },
         { key: 'rounds', header: 'p99 ms per round' },
