@@ -58,7 +58,7 @@ function cpuTicks(cpu: number): { system: number; softirq: number; busy: number 
   return { system, softirq, busy: user + nice + system + irq + softirq };
 }
 
-/** /proc/net/snmp and /proc/net/netstat counters (Tcp:, TcpExt:) of a network namespace. */
+/** /proc/net/snmp and /proc/net/netstat counters (Ip:, Tcp:, TcpExt:) of a network namespace. */
 function netCounters(ns: string): Record<string, number> {
   const out: Record<string, number> = {};
   for (const file of ['/proc/net/snmp', '/proc/net/netstat']) {
@@ -69,7 +69,7 @@ function netCounters(ns: string): Record<string, number> {
       const names = lines[i]!.split(/\s+/);
       const vals = lines[i + 1]!.split(/\s+/);
       const group = names[0]!.replace(':', '');
-      if (group !== 'Tcp' && group !== 'TcpExt') continue;
+      if (group !== 'Ip' && group !== 'Tcp' && group !== 'TcpExt') continue;
       names.slice(1).forEach((n, j) => {
         out[`${group}.${n}`] = Number(vals[j + 1]);
       });
@@ -90,7 +90,7 @@ function cannotRun(): string | undefined {
 export const edge: Benchmark = {
   name: 'edge',
   title: 'Kernel edge: XDP drop rate',
-  method: `Root only (skipped with a one-line reason otherwise). Two network namespaces created for the run, joined by a veth pair: the "host" end (10.203.0.1, where XDP and the listener live; a namespace of its own, so nothing in the machine's own network namespace changes) and the flood end (10.203.0.2). This kernel has no pktgen (\`CONFIG_NET_PKTGEN\` is not set), so the flood comes from \`test/bench/edge/synflood.c\` (built by \`test/bench/edge/build.sh\`): prebuilt IPv4 SYN frames, 64 Ki distinct sources in 10.204.0.0/16 (not on the allowlist, which holds only 10.203.0.0/24) to port ${PORT}, sent with sendmmsg on an AF_PACKET socket bound to the flood end only, bounded by count and time (3 000 000 frames or 5 s; \`--quick\` 1 000 000 or 2 s), pinned to the last CPU. The host end routes 10.204.0.0/16 back through the veth, so every SYN-ACK and RST the stack sends is really sent (the flood end drops it: not its address). The same flood against five receivers, each round (3; \`--quick\` 2) in this order: the XDP allowlist (\`spillway-edge attach --xdp-mode skb --mode enforce --no-trace\`), the same plus the drop tracer (the default attach), and the stack with no XDP: a closed port (RST per SYN), a listener with backlog 8 that never accepts with \`tcp_syncookies=0\` (listen overflow drops) and with \`tcp_syncookies=1\` (SYN cookies: a SYN-ACK per SYN). "handled" = XDP drop verdicts (\`drop_not_allowed\`), or the namespace's Tcp InSegs for the stack. CPU: the veth hands each frame to the receiving namespace in NET_RX softirq on the sending CPU, so the pinned CPU's softirq ticks in /proc/stat (10 ms each; the CPU's softirq rate in the second before the flood is subtracted) ÷ handled = what one SYN costs the receiver; "sender CPU" is the sender's getrusage (it includes the softirq work run on its way out of the syscall). Drop capacity per core = 1 s ÷ softirq CPU per SYN: the rate a core given only this work would sustain. The measured pps is bounded by the single sender core (it pays for sending and, inline, for receiving), so the capacity ratio carries the verdict and the measured ratio is printed next to it. Verdicts use the worst round.`,
+  method: `Root only (skipped with a one-line reason otherwise). Two network namespaces created for the run, joined by a veth pair: the "host" end (10.203.0.1, where XDP and the listener live; a namespace of its own, so nothing in the machine's own network namespace changes) and the flood end (10.203.0.2). This kernel has no pktgen (\`CONFIG_NET_PKTGEN\` is not set), so the flood comes from \`test/bench/edge/synflood.c\` (built by \`test/bench/edge/build.sh\`): prebuilt IPv4 SYN frames, 64 Ki distinct sources in 10.204.0.0/16 (not on the allowlist, which holds only 10.203.0.0/24) to port ${PORT}, sent with sendmmsg on an AF_PACKET socket bound to the flood end only, bounded by count and time (3 000 000 frames or 5 s; \`--quick\` 1 000 000 or 2 s), pinned to the last CPU. The host end routes 10.204.0.0/16 back through the veth, so every SYN-ACK and RST the stack sends is really sent (the flood end discards it, not its address: its Ip InAddrErrors are in the notes). The same flood against five receivers, each round (3; \`--quick\` 2) in this order: the XDP allowlist (\`spillway-edge attach --xdp-mode skb --mode enforce --no-trace\`), the same plus the drop tracer (the default attach), and the stack with no XDP: a closed port (RST per SYN), a listener with backlog 8 that never accepts with \`tcp_syncookies=0\` (listen overflow drops) and with \`tcp_syncookies=1\` (SYN cookies: a SYN-ACK per SYN). "handled" = XDP drop verdicts (\`drop_not_allowed\`), or the namespace's Tcp InSegs for the stack. CPU: the veth hands each frame to the receiving namespace in NET_RX softirq on the sending CPU, so the pinned CPU's softirq ticks in /proc/stat (10 ms each; the CPU's softirq rate in the second before the flood is subtracted) ÷ handled = what one SYN costs the receiver; "sender CPU" is the sender's getrusage (this kernel has no IRQ time accounting, so it includes the softirq work run on its way out of the syscall). Drop capacity per core = 1 s ÷ softirq CPU per SYN: the rate a core given only this work would sustain. The measured pps is bounded by the single sender core (it pays for sending and, inline, for receiving), so the capacity ratio carries the verdict and the measured ratio is printed next to it. Verdicts use the worst round.`,
   targets: [
     'The XDP allowlist drops non-provider SYNs at ≥ 5 × the rate the kernel stack disposes of them (RST or listen overflow), per core, in generic mode (worst round).',
   ],
@@ -245,19 +245,21 @@ export const edge: Benchmark = {
           const noisePerS = idle1.softirq - idle0.softirq;
           const x0 = mode.startsWith('xdp') ? loader('dump').xdp.verdicts : undefined;
           const n0 = netCounters(H);
+          const g0 = netCounters(G);
           const c0 = cpuTicks(cpu);
           const f = flood();
           const c1 = cpuTicks(cpu);
           // Replies queued by the flood's last SYNs finish within a tick or two.
           await sleep(200);
           const n1 = netCounters(H);
+          const g1 = netCounters(G);
           const x1 = mode.startsWith('xdp') ? loader('dump').xdp.verdicts : undefined;
           const d = (k: string) => (n1[k] ?? 0) - (n0[k] ?? 0);
           const handled = x0 && x1 ? x1.drop_not_allowed - x0.drop_not_allowed : d('Tcp.InSegs');
           const softTicks = Math.max(0, c1.softirq - c0.softirq - noisePerS * f.seconds);
           const detail = x0
             ? `passed to the stack: ${d('Tcp.InSegs')} segments`
-            : `RSTs ${d('Tcp.OutRsts')}, listen overflows ${d('TcpExt.ListenOverflows')}, listen drops ${d('TcpExt.ListenDrops')}, req-queue-full drops ${d('TcpExt.TCPReqQFullDrop')}, cookies sent ${d('TcpExt.SyncookiesSent')}`;
+            : `RSTs ${d('Tcp.OutRsts')}, listen overflows ${d('TcpExt.ListenOverflows')}, listen drops ${d('TcpExt.ListenDrops')}, req-queue-full drops ${d('TcpExt.TCPReqQFullDrop')}, cookies sent ${d('TcpExt.SyncookiesSent')}; replies discarded at the flood end (Ip InAddrErrors) ${(g1['Ip.InAddrErrors'] ?? 0) - (g0['Ip.InAddrErrors'] ?? 0)}`;
           return {
             sent: f.sent,
             handled,
