@@ -153,7 +153,7 @@ describe('container image', () => {
     expect(byId.get(hookId)!.headers['spillway-event-type']).toBe('invoice.paid');
   });
 
-  it('stops on SIGTERM (podman stop) with exit code 0', async () => {
+  it('stops on SIGTERM (podman stop) with exit code 0', { timeout: 150_000 }, async () => {
     for (const name of ['worker', 'ingest'] as const) {
       const r = roles[name]!;
       await podman(['stop', '-t', '30', r.name], 60_000);
