@@ -12,6 +12,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createKeys, type Source } from '@spillway/shared';
+import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import { freePort, sleep, until } from '../bench/lib/procs.ts';
 import { type Sink, startSink } from '../bench/lib/sink.ts';
@@ -162,6 +163,60 @@ async function spillLag(brokers: string, topic: string, prefix: string): Promise
   }
 }
 
+export interface WaitCost {
+  samples: number;
+  bytes: number;
+  plainP50Ms: number;
+  plainP99Ms: number;
+  waitP50Ms: number;
+  waitP99Ms: number;
+  /** WAIT calls that returned fewer than one replica within the timeout. */
+  notReplicated: number;
+}
+
+/**
+ * What closing Redis's asynchronous-replication window would cost the group commit: one write of a
+ * group-commit-sized value (64 events of ~600 B) to the master of the intake slot, alone vs followed
+ * by `WAIT 1 100` in the same round trip, alternating, sequentially.
+ */
+async function waitCost(redis: LabRedisCluster, tag: string, samples = 400): Promise<WaitCost> {
+  const node = await redis.masterOf(tag);
+  const r = new Redis({ port: node.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });
+  await r.connect();
+  const key = `${tag}:lab-waitcost`;
+  const value = 'x'.repeat(64 * 600);
+  const plain: number[] = [];
+  const waited: number[] = [];
+  let notReplicated = 0;
+  try {
+    for (let i = 0; i < samples; i++) {
+      let t = performance.now();
+      await r.set(key, value);
+      plain.push(performance.now() - t);
+      t = performance.now();
+      const res = await r.pipeline().set(key, value).call('WAIT', '1', '100').exec();
+      waited.push(performance.now() - t);
+      if (Number(res?.[1]?.[1] ?? 0) < 1) notReplicated++;
+    }
+    await r.del(key);
+  } finally {
+    r.disconnect();
+  }
+  const q = (xs: number[], p: number) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return Number(s[Math.min(s.length - 1, Math.floor(p * s.length))]!.toFixed(3));
+  };
+  return {
+    samples,
+    bytes: value.length,
+    plainP50Ms: q(plain, 0.5),
+    plainP99Ms: q(plain, 0.99),
+    waitP50Ms: q(waited, 0.5),
+    waitP99Ms: q(waited, 0.99),
+    notReplicated,
+  };
+}
+
 /** The broker leading the most partitions of the spill topic (the one whose loss hurts most). */
 async function busiestBroker(brokers: string, topic: string): Promise<number> {
   const admin = new Kafka({
@@ -187,6 +242,7 @@ async function main(): Promise<number> {
   let sink: Sink | undefined;
   const rows: FaultRow[] = [];
   const curve: ScalePoint[] = [];
+  let waitRow: WaitCost | undefined;
   try {
     log('starting a 3-broker KRaft Kafka and a Redis Cluster (3 masters + 3 replicas)');
     await Promise.all([kafka.start(3), redis.start(3, 1)]);
@@ -226,6 +282,10 @@ async function main(): Promise<number> {
         headers: { authorization: `Bearer ${c!.adminToken}` },
       }).then((r) => r.status);
     log(`spillway: 1 admin, 2 ingest (port ${ingestPort}), 3 workers; load ${RATE} events/s`);
+
+    const wc = await waitCost(redis, createKeys(c.prefix).bullPrefix);
+    log(`WAIT cost: ${JSON.stringify(wc)}`);
+    waitRow = wc;
 
     const faults = short
       ? ['kafka-broker', 'redis-failover']
@@ -381,11 +441,17 @@ async function main(): Promise<number> {
     ].join('\n');
     process.stdout.write(`\nScaling curve (sink on loopback answers at once):\n${c2}\n`);
   }
+  if (waitRow)
+    process.stdout.write(
+      `\nGroup commit with WAIT 1 (${waitRow.samples} sequential writes of ${waitRow.bytes} B to the intake slot's master): ` +
+        `p50 ${waitRow.plainP50Ms} → ${waitRow.waitP50Ms} ms, p99 ${waitRow.plainP99Ms} → ${waitRow.waitP99Ms} ms; ` +
+        `not replicated within 100 ms: ${waitRow.notReplicated}\n`,
+    );
   const out = fileURLToPath(new URL('../../.cache/lab/', import.meta.url));
   mkdirSync(out, { recursive: true });
   writeFileSync(
     `${out}result-${short ? 'short' : 'full'}.json`,
-    JSON.stringify({ rate: RATE, rows, curve }, null, 2),
+    JSON.stringify({ rate: RATE, rows, curve, waitCost: waitRow }, null, 2),
   );
   const lost = rows.reduce((a, r) => a + r.lost, 0);
   process.stdout.write(
