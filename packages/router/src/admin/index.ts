@@ -7,6 +7,7 @@ import { createRouterServices } from '../router-services.ts';
 import type { Runtime } from '../runtime.ts';
 import { ConfigStore } from '../store.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
+import { registerConsole } from './console/index.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
 
 declare module 'fastify' {
@@ -105,6 +106,7 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
   );
 
   api.get('/openapi.json', { schema: { hide: true } }, async () => api.swagger());
+  await registerConsole(api, rt, deps);
 }
 
 function sendError(
