@@ -1305,7 +1305,7 @@ async function renderEvent({ tid, eid }, stale) {
                   {
                     type: 'button',
                     class: 'secondary',
-                    'aria-label': `Replay the DLQ of endpoint ${d.endpointId}`,
+                    'aria-label': `Replay DLQ of endpoint ${d.endpointId}`,
                     onclick: async () => {
                       const ok = await confirmDialog(
                         `Replay the DLQ of endpoint ${d.endpointId}?`,
@@ -1324,7 +1324,7 @@ async function renderEvent({ tid, eid }, stale) {
                       }
                     },
                   },
-                  'Replay endpoint DLQ',
+                  'Replay DLQ',
                 )
               : null,
           ),
