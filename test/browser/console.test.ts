@@ -196,9 +196,14 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByRole('button', { name: 'Replay', exact: true }).click();
     await confirm('Replay');
     await waitForText(page, '#dlq-progress-text', 'Replayed 30 of 30.');
-    expect(await page.locator('#dlq-progress').evaluate((el: HTMLProgressElement) => el.value / el.max)).toBe(
-      1,
-    );
+    expect(
+      await page
+        .locator('#dlq-progress')
+        .evaluate(
+          (el) =>
+            (el as unknown as { value: number; max: number }).value / (el as unknown as { max: number }).max,
+        ),
+    ).toBe(1);
     await waitForText(page, '#stats [data-field="dlq"]', '0');
     await waitFor(
       () => (receiver.got.get('/fixed')?.length ?? 0) >= 30,

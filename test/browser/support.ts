@@ -33,7 +33,7 @@ export interface RunningSpillway {
 
 export async function startSpillway(env: Record<string, string>, role = 'all'): Promise<RunningSpillway> {
   const proc = spawnSpillway(['start', '--role', role], env);
-  const m = await waitFor(
+  const m = (await waitFor(
     () => {
       if (proc.child.exitCode !== null)
         throw new Error(`spillway start exited ${proc.child.exitCode}: ${proc.stderr()}${proc.stdout()}`);
@@ -41,7 +41,7 @@ export async function startSpillway(env: Record<string, string>, role = 'all'): 
     },
     'spillway start to print its admin URL',
     60_000,
-  );
+  )) as RegExpExecArray;
   const ingest = /ingest:\s+http:\/\/[^:]+:(\d+)/.exec(proc.stdout());
   return {
     proc,
@@ -104,6 +104,7 @@ export async function startReceiver(): Promise<Receiver> {
 
 /** The admin API, as the test's own (non-browser) client. */
 export function apiClient(base: string, token: string) {
+  // biome-ignore lint/suspicious/noExplicitAny: test code reads whatever JSON the route answers
   return async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
     const res = await fetch(base + path, {
       method,
@@ -127,7 +128,9 @@ export async function waitForText(
 ): Promise<void> {
   try {
     await page.waitForFunction(
-      ([sel, want]) => document.querySelector(sel as string)?.textContent?.trim() === want,
+      // Runs in the page (the repo's tsconfig has no DOM lib).
+      // biome-ignore lint/suspicious/noExplicitAny: see above
+      ([sel, want]) => (globalThis as any).document.querySelector(sel)?.textContent?.trim() === want,
       [selector, text],
       { timeout, polling: 100 },
     );
@@ -156,7 +159,8 @@ export async function seriousA11yViolations(page: Page): Promise<AxeViolation[]>
   await page.evaluate(axe.source);
   const result = await page.evaluate(async () => {
     // biome-ignore lint/suspicious/noExplicitAny: axe is a global the injected script defines
-    const r = await (window as any).axe.run(document, { resultTypes: ['violations'] });
+    const g = globalThis as any;
+    const r = await g.axe.run(g.document, { resultTypes: ['violations'] });
     return r.violations.map((v: { id: string; impact: string | null; help: string; nodes: unknown[] }) => ({
       id: v.id,
       impact: v.impact,
