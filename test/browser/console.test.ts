@@ -216,6 +216,15 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByLabel('Event id').fill('order-7');
     await page.getByRole('button', { name: 'Find event' }).click();
     await waitForText(page, `${badRow} td[data-field="status"]`, 'delivered');
+
+    // Pause and resume one endpoint from the tenant page.
+    await page.getByRole('link', { name: `← Tenant ${TID}` }).click();
+    await page.getByRole('button', { name: 'Pause endpoint ep-ok' }).click();
+    await waitForText(page, 'tr[data-endpoint="ep-ok"] td[data-field="status"]', 'paused');
+    expect((await api('GET', `/v1/tenants/${TID}/endpoints/ep-ok`)).body.status).toBe('paused');
+    await page.getByRole('button', { name: 'Resume endpoint ep-ok' }).click();
+    await waitForText(page, 'tr[data-endpoint="ep-ok"] td[data-field="status"]', 'active');
+    expect((await api('GET', `/v1/tenants/${TID}/endpoints/ep-ok`)).body.status).toBe('active');
     expect(pageErrors).toEqual([]);
   });
 
@@ -242,10 +251,10 @@ describe('operator console', { timeout: 120_000 }, () => {
       expect(await tpage.locator('#limits, #keys, #dlq').count()).toBe(0);
       expect(await tpage.getByRole('link', { name: 'Tenants', exact: true }).count()).toBe(0);
       await tpage.goto(`${spillway.base}/console#/`);
-      await tpage.getByRole('heading', { name: `Tenant ${TID}` }).waitFor();
-      // It can look up its own events.
-      await tpage.getByLabel('Event id').fill('order-7');
-      await tpage.getByRole('button', { name: 'Find event' }).click();
+      await tpage.waitForURL(`**/console#/tenants/${TID}`);
+      // It can open its own events.
+      await tpage.goto(`${spillway.base}/console#/tenants/${TID}/events/order-7`);
+      await tpage.getByRole('heading', { name: 'Event order-7' }).waitFor();
       await waitForText(tpage, 'tr[data-endpoint="ep-bad"] td[data-field="status"]', 'delivered');
 
       // Forged URLs to another tenant's pages.
@@ -260,6 +269,17 @@ describe('operator console', { timeout: 120_000 }, () => {
       });
       expect(r.status).toBe(403);
       expect(((await r.json()) as { error: { code: string } }).error.code).toBe('forbidden');
+
+      // The admin revokes the key (confirmed): the tenant's console is signed out with the API's words.
+      const keyId = (await page.locator('#keys-table tbody tr').last().getAttribute('data-key'))!;
+      await page.getByRole('button', { name: `Revoke key ${keyId}` }).click();
+      await confirm('Revoke');
+      await page.getByText(`Key ${keyId} revoked.`).waitFor();
+      expect(await page.locator(`tr[data-key="${keyId}"]`).count()).toBe(0);
+      await tpage.goto(`${spillway.base}/console#/tenants/${TID}`);
+      await tpage.getByRole('heading', { name: 'Sign in' }).waitFor();
+      await tpage.getByText('bad token').waitFor();
+      expect(await tpage.evaluate(() => sessionStorage.getItem('spillway.console.token'))).toBeNull();
     } finally {
       await tctx.close();
     }
