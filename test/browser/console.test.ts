@@ -183,6 +183,14 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByRole('heading', { name: `Tenant ${TID}` }).waitFor();
     await waitForText(page, '#dlq-info', 'Entries 1–25 of 30');
     expect(await page.locator('#dlq-table tbody tr').count()).toBe(25);
+    // A few seconds of the throughput chart (rates need two snapshots) before the screenshot.
+    await page.waitForFunction(
+      // biome-ignore lint/suspicious/noExplicitAny: runs in the page
+      () => (globalThis as any).document.querySelectorAll('.chart canvas').length > 0,
+      undefined,
+      { timeout: 10_000 },
+    );
+    await page.waitForTimeout(2500);
     await screenshot(page, 'tenant');
     expect(await seriousA11yViolations(page)).toEqual([]);
     await page.getByRole('button', { name: 'Next page' }).click();
