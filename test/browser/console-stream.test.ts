@@ -13,7 +13,7 @@ import { apiClient } from './support.ts';
  * reads. Each snapshot reads every tenant's DLQ length once (LLEN), so with one shared producer the
  * LLEN calls are ≈ ticks × tenants; one producer per console would make them ≈ 20 × that.
  */
-const TENANTS = 200;
+const TENANTS = 1000;
 const CONSOLES = 20;
 
 let redis: PrivateRedis;

@@ -80,6 +80,8 @@ async function confirm(button: string): Promise<void> {
 describe('operator console', { timeout: 120_000 }, () => {
   it('1. sign in, create a tenant and an endpoint, send events: the counters move', async () => {
     await page.goto(`${spillway.base}/console`);
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    expect(await seriousA11yViolations(page)).toEqual([]);
     // A wrong token is refused in the API's own words.
     await page.getByLabel('Admin token or tenant API key').fill('not-the-token');
     await page.getByRole('button', { name: 'Sign in' }).click();
@@ -225,6 +227,24 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByRole('button', { name: 'Find event' }).click();
     await waitForText(page, `${badRow} td[data-field="status"]`, 'delivered');
 
+    // Recover from the event page itself: the endpoint breaks again, one event fails, the URL is
+    // fixed, and "Replay DLQ" on that event's failed delivery brings it to delivered.
+    expect(
+      (await api('PATCH', `/v1/tenants/${TID}/endpoints/ep-bad`, { url: `${receiver.base}/fail` })).status,
+    ).toBe(200);
+    await sendEvents(['single-1']);
+    await page.goto(`${spillway.base}/console#/tenants/${TID}/events/single-1`);
+    await page.getByRole('heading', { name: 'Event single-1' }).waitFor();
+    await waitForText(page, `${badRow} td[data-field="status"]`, 'failed');
+    expect(
+      (await api('PATCH', `/v1/tenants/${TID}/endpoints/ep-bad`, { url: `${receiver.base}/fixed` })).status,
+    ).toBe(200);
+    await page.getByRole('button', { name: 'Replay DLQ of endpoint ep-bad' }).click();
+    await confirm('Replay');
+    await page.getByText('Replayed 1 entries of ep-bad.').waitFor();
+    await waitForText(page, `${badRow} td[data-field="status"]`, 'delivered');
+    await waitFor(() => receiver.got.get('/fixed')?.includes('single-1'), 'single-1 at /fixed', 30_000);
+
     // Pause and resume one endpoint from the tenant page.
     await page.getByRole('link', { name: `← Tenant ${TID}` }).click();
     await page.getByRole('button', { name: 'Pause endpoint ep-ok' }).click();
@@ -252,8 +272,8 @@ describe('operator console', { timeout: 120_000 }, () => {
       await tpage.getByLabel('Admin token or tenant API key').fill(key);
       await tpage.getByRole('button', { name: 'Sign in' }).click();
       await tpage.getByRole('heading', { name: `Tenant ${TID}` }).waitFor();
-      // 30 + 20 to ep-ok, then 30 to each endpoint (ep-bad's after the replay).
-      await waitForText(tpage, '#stats [data-field="delivered"]', '110');
+      // 30 + 20 to ep-ok, then 31 to each endpoint (ep-bad's after the replays).
+      await waitForText(tpage, '#stats [data-field="delivered"]', '112');
       // Read-only: no pause, no limits, keys or DLQ controls; no list of all tenants.
       expect(await tpage.getByRole('button', { name: /Pause tenant|Resume tenant/ }).count()).toBe(0);
       expect(await tpage.locator('#limits, #keys, #dlq').count()).toBe(0);

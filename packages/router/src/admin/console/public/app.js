@@ -1318,6 +1318,7 @@ async function renderEvent({ tid, eid }, stale) {
                           endpointId: d.endpointId,
                         });
                         out.ok(`Replayed ${fmt(r.replayed)} entries of ${d.endpointId}.`);
+                        watchUntil = Date.now() + 60_000;
                         refresh();
                       } catch (err) {
                         out.error(err);
@@ -1333,11 +1334,16 @@ async function renderEvent({ tid, eid }, stale) {
     );
   };
   const refreshed = h('span', { class: 'live' });
+  const isFinal = (e) => e.deliveries.every((d) => d.status === 'delivered' || d.status === 'failed');
+  // After an action, keep re-reading for a while even if the event looked final before it.
+  let watchUntil = 0;
+  let final = isFinal(ev);
   const refresh = async () => {
     try {
       const e = await api('GET', `/v1/tenants/${enc(tid)}/events/${enc(eid)}`);
       if (stale()) return;
       drawRows(e);
+      final = isFinal(e);
       setText(refreshed, `updated ${new Date().toLocaleTimeString()}`);
     } catch (err) {
       out.error(err);
@@ -1346,7 +1352,7 @@ async function renderEvent({ tid, eid }, stale) {
   drawRows(ev);
   // While some delivery is not final, re-read this one event every 2 s (one small GET per open page).
   const timer = setInterval(() => {
-    if (!document.hidden) refresh();
+    if (!document.hidden && (!final || Date.now() < watchUntil)) refresh();
   }, 2000);
   state.cleanup.push(() => clearInterval(timer));
   main.replaceChildren(
