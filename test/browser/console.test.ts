@@ -1,7 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
+import { freePort } from '../helpers/router-services.ts';
 import { waitFor } from '../helpers/spawn.ts';
 import {
   apiClient,
@@ -26,15 +28,11 @@ import {
  *   4. a tenant key sees only its tenant; a forged URL to another tenant shows "forbidden"
  * Scenario 5 (Redis stopped → banner) is console-redis.test.ts, on a private redis-server.
  */
-const env = testEnv({
-  SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
-  // Two attempts 300 ms apart, then the DLQ: scenario 3 fills it in about a second.
-  SPILLWAY_RETRY_SCHEDULE: '300ms',
-  SPILLWAY_INGEST_BACKEND: 'node',
-});
-const TOKEN = env.SPILLWAY_ADMIN_TOKEN!;
-const TID = `acme-${env.SPILLWAY_PREFIX!.slice(-8)}`;
-const OTHER = `other-${env.SPILLWAY_PREFIX!.slice(-8)}`;
+const SUFFIX = randomBytes(4).toString('hex');
+const TID = `acme-${SUFFIX}`;
+const OTHER = `other-${SUFFIX}`;
+let env: Record<string, string>;
+let TOKEN: string;
 
 let spillway: RunningSpillway;
 let receiver: Receiver;
@@ -45,6 +43,15 @@ let api: ReturnType<typeof apiClient>;
 const pageErrors: string[] = [];
 
 beforeAll(async () => {
+  env = testEnv({
+    SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
+    // Two attempts 300 ms apart, then the DLQ: scenario 3 fills it in about a second.
+    SPILLWAY_RETRY_SCHEDULE: '300ms',
+    SPILLWAY_INGEST_BACKEND: 'node',
+    // A fixed port, as in production, so the console can show full ingest URLs.
+    SPILLWAY_INGEST_PORT: String(await freePort()),
+  });
+  TOKEN = env.SPILLWAY_ADMIN_TOKEN!;
   receiver = await startReceiver();
   spillway = await startSpillway(env);
   api = apiClient(spillway.base, TOKEN);
@@ -58,7 +65,7 @@ afterAll(async () => {
   await browser?.close().catch(() => {});
   await spillway?.stop();
   await receiver?.close();
-  await dropSpillTopic(env.SPILLWAY_KAFKA_BROKERS!.split(','), env.SPILLWAY_SPILL_TOPIC!);
+  if (env) await dropSpillTopic(env.SPILLWAY_KAFKA_BROKERS!.split(','), env.SPILLWAY_SPILL_TOPIC!);
 });
 
 async function sendEvents(ids: string[], type = 'order.created'): Promise<void> {
@@ -105,6 +112,17 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByRole('button', { name: 'Add endpoint' }).click();
     await page.locator('tr[data-endpoint="ep-ok"]').waitFor();
     await page.getByText('Its signing secret (shown once here)').waitFor();
+
+    // A provider source: its full ingest URL is listed.
+    await page.locator('#new-src-kind').selectOption('github');
+    await page.locator('#new-src-id').fill(`gh-${TID}`);
+    await page.locator('#new-src-secret').fill('a-github-webhook-secret');
+    await page.getByRole('button', { name: 'Add source' }).click();
+    await waitForText(
+      page,
+      `tr[data-source="gh-${TID}"] td[data-field="ingestUrl"]`,
+      `http://127.0.0.1:${spillway.ingestPort}/ingest/gh-${TID}`,
+    );
 
     await sendEvents(ids('first', 30));
     // The live stats (SSE) on the tenant page reach 30 delivered without a reload.
@@ -253,6 +271,23 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByRole('button', { name: 'Resume endpoint ep-ok' }).click();
     await waitForText(page, 'tr[data-endpoint="ep-ok"] td[data-field="status"]', 'active');
     expect((await api('GET', `/v1/tenants/${TID}/endpoints/ep-ok`)).body.status).toBe('active');
+
+    // Edit the limits: the API has them, and the live credit limit follows.
+    await page.getByLabel('Max in flight (credits)').fill('60');
+    await page.getByLabel('Rate per second (empty = unlimited)').fill('500');
+    await page.getByLabel('Burst').fill('800');
+    await page.getByRole('button', { name: 'Save limits' }).click();
+    await page.getByText('Saved: max in flight 60, concurrency 16, rate 500/s (burst 800).').waitFor();
+    expect((await api('GET', `/v1/tenants/${TID}`)).body.limits).toEqual({
+      maxInFlight: 60,
+      concurrency: 16,
+      rate: { perSecond: 500, burst: 800 },
+    });
+    await waitForText(page, '#stats [data-field="credits"]', '0 / 60');
+    await page.getByLabel('Rate per second (empty = unlimited)').fill('');
+    await page.getByRole('button', { name: 'Save limits' }).click();
+    await page.getByText('Saved: max in flight 60, concurrency 16, rate unlimited.').waitFor();
+    expect((await api('GET', `/v1/tenants/${TID}`)).body.limits.rate).toBeUndefined();
     expect(pageErrors).toEqual([]);
   });
 

@@ -981,7 +981,7 @@ function sourcesSection(tid, sources) {
       { dataset: { source: s.id } },
       h('th', { scope: 'row' }, s.id),
       h('td', {}, s.kind),
-      h('td', {}, h('code', {}, `${base}${s.ingestPath}`)),
+      h('td', { dataset: { field: 'ingestUrl' } }, h('code', {}, `${base}${s.ingestPath}`)),
       h('td', {}, s.allowCidrs?.join(', ') ?? 'any'),
       h('td', { class: 'num' }, fmt(s.maxBodyBytes)),
     );
