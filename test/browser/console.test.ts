@@ -142,8 +142,17 @@ describe('operator console', { timeout: 120_000 }, () => {
     await page.getByText(`tenant ${TID} already exists`).waitFor();
     await page.getByText('(conflict)').waitFor();
 
+    // Another tenant with steady traffic for a few seconds, so the overview shows rates and trends.
     await api('POST', '/v1/tenants', { id: OTHER });
+    await api('POST', `/v1/tenants/${OTHER}/endpoints`, { id: 'ep', url: `${receiver.base}/other` });
     await page.locator(`tr[data-tenant="${OTHER}"]`).waitFor();
+    for (let i = 0; i < 40; i++) {
+      expect(
+        (await api('POST', `/v1/tenants/${OTHER}/events`, { id: `o-${i}`, type: 'x', payload: {} })).status,
+      ).toBe(202);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await waitForText(page, `tr[data-tenant="${OTHER}"] td[data-field="delivered"]`, '40');
     await screenshot(page, 'overview');
     expect(await seriousA11yViolations(page)).toEqual([]);
     expect(receiver.got.get('/ok')).toHaveLength(30);

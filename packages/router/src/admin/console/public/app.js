@@ -399,8 +399,68 @@ const COLUMNS = [
   ['failed', 'Failed'],
   ['deliveredRate', 'Delivered/s'],
   ['failedRate', 'Failed/s'],
+  ['trend', 'Last minute'],
   ['breaker', 'Worst breaker'],
 ];
+
+const SVG = 'http://www.w3.org/2000/svg';
+const SPARK_POINTS = 60;
+
+/**
+ * A tiny throughput sparkline (delivered/s in green, failed/s in red, last minute) drawn as SVG
+ * polylines: cheap enough for a thousand rows updated every second, where a chart per row is not.
+ */
+function sparkline() {
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('width', '80');
+  svg.setAttribute('height', '20');
+  svg.setAttribute('viewBox', `0 0 ${SPARK_POINTS - 1} 20`);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', 'last minute: no rate yet');
+  const base = document.createElementNS(SVG, 'line');
+  for (const [k, v] of Object.entries({ x1: 0, x2: SPARK_POINTS - 1, y1: 19.5, y2: 19.5, stroke: '#c4cad3' }))
+    base.setAttribute(k, String(v));
+  base.setAttribute('vector-effect', 'non-scaling-stroke');
+  svg.append(base);
+  const ok = document.createElementNS(SVG, 'polyline');
+  const bad = document.createElementNS(SVG, 'polyline');
+  for (const [line, colour] of [
+    [ok, '#116329'],
+    [bad, '#a40e26'],
+  ]) {
+    line.setAttribute('fill', 'none');
+    line.setAttribute('stroke', colour);
+    line.setAttribute('stroke-width', '1.5');
+    line.setAttribute('vector-effect', 'non-scaling-stroke');
+    svg.append(line);
+  }
+  const delivered = [];
+  const failed = [];
+  const points = (list, peak) => {
+    const from = SPARK_POINTS - list.length;
+    return list.map((v, i) => `${from + i},${(19 - (v / peak) * 18).toFixed(1)}`).join(' ');
+  };
+  return {
+    svg,
+    push(row) {
+      if (row.deliveredRate === null) return;
+      delivered.push(row.deliveredRate);
+      failed.push(row.failedRate ?? 0);
+      if (delivered.length > SPARK_POINTS) {
+        delivered.shift();
+        failed.shift();
+      }
+      const peak = Math.max(1, ...delivered, ...failed);
+      ok.setAttribute('points', points(delivered, peak));
+      bad.setAttribute('points', points(failed, peak));
+      svg.setAttribute(
+        'aria-label',
+        `last minute: up to ${fmtRate(Math.max(0, ...delivered))} delivered/s, ${fmtRate(Math.max(0, ...failed))} failed/s`,
+      );
+    },
+  };
+}
 
 function cellText(row, key) {
   if (key === 'credits') return `${fmt(row.credits.used)} / ${fmt(row.credits.limit)}`;
@@ -412,6 +472,7 @@ function cellText(row, key) {
 function tenantsTable() {
   const tbody = h('tbody');
   const rows = new Map();
+  const sparks = new Map();
   const table = h(
     'table',
     { id: 'tenants' },
@@ -424,7 +485,11 @@ function tenantsTable() {
         {},
         h('th', { scope: 'col' }, 'Tenant'),
         COLUMNS.map(([k, label]) =>
-          h('th', { scope: 'col', class: k === 'status' || k === 'breaker' ? '' : 'num' }, label),
+          h(
+            'th',
+            { scope: 'col', class: k === 'status' || k === 'breaker' || k === 'trend' ? '' : 'num' },
+            label,
+          ),
         ),
       ),
     ),
@@ -436,27 +501,39 @@ function tenantsTable() {
       seen.add(row.id);
       let tr = rows.get(row.id);
       if (!tr) {
+        const spark = sparkline();
         tr = h(
           'tr',
           { dataset: { tenant: row.id } },
           h('th', { scope: 'row' }, h('a', { href: tenantHref(row.id) }, row.id)),
           COLUMNS.map(([k]) =>
-            h('td', { dataset: { field: k }, class: k === 'status' || k === 'breaker' ? '' : 'num' }),
+            h(
+              'td',
+              {
+                dataset: { field: k },
+                class: k === 'status' || k === 'breaker' || k === 'trend' ? '' : 'num',
+              },
+              k === 'trend' ? spark.svg : null,
+            ),
           ),
         );
+        sparks.set(row.id, spark);
         rows.set(row.id, tr);
       }
       if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] ?? null);
       for (const [k] of COLUMNS) {
+        if (k === 'trend') continue;
         const td = tr.querySelector(`td[data-field="${k}"]`);
         if (k === 'status' || k === 'breaker') setBadge(td, row[k]);
         else setText(td, cellText(row, k));
       }
+      sparks.get(row.id).push(row);
     });
     for (const [id, tr] of rows)
       if (!seen.has(id)) {
         tr.remove();
         rows.delete(id);
+        sparks.delete(id);
       }
   };
   return { table, update };
