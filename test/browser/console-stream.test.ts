@@ -1,6 +1,11 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { type Started, start } from '@spillway/router';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+// The hub is internal to the admin role (not exported by the package): imported from source, as the
+// benchmarks do for internals.
+import { SnapshotHub } from '../../packages/router/src/admin/console/hub.ts';
 import { testEnv } from '../helpers/env.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
 import { freePort, PrivateRedis } from '../helpers/router-services.ts';
@@ -127,5 +132,33 @@ describe('console overview stream', { timeout: 60_000 }, () => {
     // Without the hub's preClose hook, server.close() would wait for this response forever.
     await admin.close();
     await reading; // the stream ended (done), it was not left hanging
+  });
+});
+
+describe('SnapshotHub', () => {
+  it('ends each stream after maxAgeMs (so the console re-authenticates), and stops producing when none is left', async () => {
+    const hub = new SnapshotHub({ periodMs: 50, maxAgeMs: 400 });
+    let produced = 0;
+    const server = createServer((_req, res) => hub.subscribe('t', res, async () => ({ n: ++produced })));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+      const frames: unknown[][] = [[], [], []];
+      // Each read loop returns only when the server ends the stream (done), never by itself.
+      await Promise.all(frames.map(async (f) => collect(await fetch(url), f, () => false)));
+      for (const f of frames) expect(f.length).toBeGreaterThan(0);
+      // Three subscribers, one producer: fewer snapshots made than sent (one per subscriber each would
+      // make them equal), and the same snapshots reached different subscribers.
+      expect(produced).toBeLessThan(frames.flat().length);
+      const seen0 = new Set(frames[0]!.map((x) => (x as { n: number }).n));
+      expect(frames[1]!.some((x) => seen0.has((x as { n: number }).n))).toBe(true);
+      const after = produced;
+      await new Promise((r) => setTimeout(r, 300));
+      expect(produced - after).toBeLessThanOrEqual(1);
+    } finally {
+      hub.close();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    }
   });
 });

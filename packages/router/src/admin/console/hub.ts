@@ -46,9 +46,17 @@ export class SnapshotHub {
   readonly #topics = new Map<string, Topic>();
   #closed = false;
 
-  constructor(opts: { periodMs?: number; maxBufferedBytes?: number } = {}) {
+  readonly #maxAgeMs: number;
+
+  /**
+   * @param opts.maxAgeMs how long one stream lives before the server ends it. The console then
+   *   reconnects, which authenticates its token again: a revoked key loses its live numbers within
+   *   this time, not only when the tab is closed.
+   */
+  constructor(opts: { periodMs?: number; maxBufferedBytes?: number; maxAgeMs?: number } = {}) {
     this.#periodMs = opts.periodMs ?? 1000;
     this.#maxBuffered = opts.maxBufferedBytes ?? 8 * 1024 * 1024;
+    this.#maxAgeMs = opts.maxAgeMs ?? 60_000;
   }
 
   get subscribers(): number {
@@ -83,10 +91,16 @@ export class SnapshotHub {
     t.subs.add(res);
     // A newcomer gets the latest snapshot at once instead of waiting for the next tick.
     if (t.last !== undefined) res.write(t.last);
+    let expire: NodeJS.Timeout | undefined;
     const drop = () => {
-      const cur = this.#topics.get(topic);
-      cur?.subs.delete(res);
+      clearTimeout(expire);
+      this.#topics.get(topic)?.subs.delete(res);
     };
+    expire = setTimeout(() => {
+      drop();
+      res.end();
+    }, this.#maxAgeMs);
+    expire.unref();
     res.on('close', drop);
     res.on('error', drop);
     if (!t.running) void this.#run(topic, t);

@@ -181,6 +181,12 @@ function openStream(path, onSnapshot, onFailure) {
         });
         if (!res.ok) {
           const err = await errorOf(res);
+          // The token stopped working (a revoked key): back to sign-in, with the API's words.
+          if (res.status === 401) {
+            closed = true;
+            signOut(err);
+            return;
+          }
           if (res.status === 503) banner.show('redis');
           onFailure(err, res.status !== 503);
           if (res.status !== 503) return;
