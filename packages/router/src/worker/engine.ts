@@ -382,12 +382,21 @@ export class Engine {
   }
 
   #spill(h: Held): void {
-    void this.#d.spill.spill(h.task).then(() => {
-      // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
-      this.#d.settler.spilled(h.task.tenantId);
-      h.owner.settle();
-      this.#released();
-    });
+    this.#d.spill.spill(h.task).then(
+      () => {
+        // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
+        this.#d.settler.spilled(h.task.tenantId);
+        h.owner.settle();
+        this.#released();
+      },
+      // Only at shutdown (the producer closed): the task is never settled, so its job or offset
+      // keeps it and hands it out again.
+      (err) =>
+        this.#d.logger.warn(
+          { err, tenantId: h.task.tenantId, eventId: h.task.eventId },
+          'spill refused; the task stays with its owner',
+        ),
+    );
   }
 
   /**
