@@ -71,7 +71,12 @@ export function costOf(bucket: string): string {
   if (/modules|bootstrap|amaro|esm|cjs/.test(bucket)) return 'start-up (module loading, type stripping)';
   if (bucket.includes('native: writev') || bucket.includes('stream') || bucket.includes('net'))
     return 'sockets and streams';
-  if (/abort_controller|event_target/.test(bucket)) return 'AbortSignal / EventTarget';
+  if (/abort_controller|event_target|domexception/.test(bucket)) return 'AbortSignal / EventTarget';
+  if (/timers/.test(bucket)) return 'timers';
+  if (/runMicrotasks|task_queues/.test(bucket)) return 'promises and microtasks';
+  if (bucket === 'redis-parser') return 'ioredis (Redis round trips)';
+  if (bucket === 'p-limit' || bucket === 'lru-cache') return 'dispatcher, limiter, pools (delivery code)';
+  if (bucket === 'native: writeUtf8String' || bucket === 'native: writeBuffer') return 'sockets and streams';
   return 'other (node internals, native)';
 }
 
