@@ -94,21 +94,25 @@ export function costTable(profiles: Profile[], deliveries: number[]): { cost: st
 }
 
 if (import.meta.url === `file://${process.argv[1]}` && process.argv[2] === '--table') {
-  // --table <deliveries> a.cpuprofile [b.cpuprofile ...]: µs per delivery by cost, one column each.
+  // --table <deliveries> a.cpuprofile [b.cpuprofile ...]: share of busy CPU by cost, one column each.
   const n = Number(process.argv[3]);
   const files = process.argv.slice(4);
   const rows = costTable(
     files.map((f) => JSON.parse(readFileSync(f, 'utf8')) as Profile),
     files.map(() => n),
   );
-  process.stdout.write(`| cost | ${files.map((_, i) => `profile ${i + 1} µs/delivery`).join(' | ')} |\n`);
-  process.stdout.write(`| --- | ${files.map(() => '---:').join(' | ')} |\n`);
-  for (const r of rows)
-    process.stdout.write(`| ${r.cost} | ${r.us.map((x) => x.toFixed(1)).join(' | ')} |\n`);
-  const total = files.map((_, i) => rows.reduce((a, r) => a + (r.cost.startsWith('idle') ? 0 : r.us[i]!), 0));
+  // Shares of the non-idle samples: on a loaded machine a profile's time deltas are wall time, so
+  // only the split is trusted; multiply by the worker's measured CPU µs/delivery for absolute costs.
+  const busy = files.map((_, i) => rows.reduce((a, r) => a + (r.cost.startsWith('idle') ? 0 : r.us[i]!), 0));
   process.stdout.write(
-    `| **CPU total (without idle)** | ${total.map((x) => `**${x.toFixed(1)}**`).join(' | ')} |\n`,
+    `| cost | ${files.map((_, i) => `profile ${i + 1}: share of busy CPU`).join(' | ')} |\n`,
   );
+  process.stdout.write(`| --- | ${files.map(() => '---:').join(' | ')} |\n`);
+  for (const r of rows) {
+    if (r.cost.startsWith('idle')) continue;
+    const cells = r.us.map((x, i) => `${((100 * x) / busy[i]!).toFixed(1)} %`);
+    process.stdout.write(`| ${r.cost} | ${cells.join(' | ')} |\n`);
+  }
 } else if (import.meta.url === `file://${process.argv[1]}`) {
   const file = process.argv[2];
   const top = Number(process.argv[process.argv.indexOf('--top') + 1]) || 25;
