@@ -64,6 +64,16 @@ describe('spillway start', () => {
     expect(lines[0]).toContain('SPILLWAY_REDIS_URL');
   });
 
+  it('SPILLWAY_SPILL_REPLICATION above the broker count exits non-zero with one line naming it', async () => {
+    // The local cluster has one broker: three replicas cannot be placed.
+    const p = spawnSpillway(['start', '--role', 'worker'], testEnv({ SPILLWAY_SPILL_REPLICATION: '3' }));
+    expect(await p.exited).toBe(1);
+    const lines = p.stderr().trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain('SPILLWAY_SPILL_REPLICATION');
+    expect(lines[0]).toContain('1 broker');
+  });
+
   it('a missing SPILLWAY_ADMIN_TOKEN exits non-zero with one line naming it', async () => {
     const env = testEnv();
     delete (env as Record<string, string | undefined>).SPILLWAY_ADMIN_TOKEN;

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
+import { scrape } from '../helpers/router-metrics.ts';
 import { waitFor } from '../helpers/spawn.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -45,7 +46,8 @@ describe('router flow', () => {
     expect(all.got.get('e3')).toBe(1);
     const stats = await waitFor(async () => {
       const st = await s.services.tenantStats(t.id);
-      return st.delivered === 40 ? st : undefined;
+      // Workers publish their numbers every second: wait for the one taken after the last settle.
+      return st.delivered === 40 && st.credits.used === 0 ? st : undefined;
     }, 'stats summed from the worker');
     expect(stats).toMatchObject({ status: 'active', credits: { used: 0, limit: 100 }, dlq: 0, failed: 0 });
   });
@@ -132,5 +134,78 @@ describe('router flow', () => {
       'endpoint disabled',
     );
     expect((await s.store.getEndpoint(t.id, ep.id))?.disabledReason).toBe('gone');
+  });
+
+  it('nothing vanishes when a 410 disables an endpoint: its queued, spilled and retrying tasks go to the DLQ as endpoint_disabled, and replay after resume delivers them', async () => {
+    const s = await setup({ SPILLWAY_RETRY_SCHEDULE: '300ms' });
+    let gone = true;
+    const r = await s.receiver((req) =>
+      // The first request answers 410 once; any other while `gone` fails (so it retries).
+      gone && req.headers['webhook-id'] === 'd0' ? { status: 410 } : { status: gone ? 500 : 200 },
+    );
+    // Concurrency 1 and 5 credits: of 30 events, some wait in the lane, the rest spill to Kafka.
+    const t = await makeTenant(s.store, { concurrency: 1, maxInFlight: 5 });
+    const ep = await makeEndpoint(s.store, t.id, r.url);
+    await s.services.intake.submit(makeEvent(t.id, 'd0'));
+    for (let i = 1; i < 30; i++) await s.services.intake.submit(makeEvent(t.id, `d${i}`));
+    await s.worker();
+    const dlq = await waitFor(
+      async () => {
+        const l = await s.services.listDlq(t.id);
+        return l.length === 30 ? l : undefined;
+      },
+      'every task in the DLQ (none dropped)',
+      30_000,
+    );
+    expect((await s.store.getEndpoint(t.id, ep.id))?.status).toBe('disabled');
+    const reasons = dlq!.map((e) => e.lastError);
+    expect(reasons.filter((x) => x === 'gone')).toHaveLength(1);
+    expect(reasons.filter((x) => x === 'endpoint_disabled').length).toBeGreaterThanOrEqual(25);
+    expect(new Set(dlq!.map((e) => e.eventId)).size).toBe(30);
+
+    // Replayed while still disabled: back to the DLQ, not dropped.
+    expect(await s.services.replayDlq(t.id)).toBe(30);
+    await waitFor(async () => (await s.services.listDlq(t.id)).length === 30, 'back in the DLQ', 20_000);
+
+    // Resumed: replay delivers every one.
+    gone = false;
+    await s.store.updateEndpoint(t.id, ep.id, (e) => ({ ...e, status: 'active' }));
+    expect(await s.services.replayDlq(t.id)).toBe(30);
+    await waitFor(() => r.got.size >= 30, 'all 30 delivered after resume', 30_000);
+    for (let i = 0; i < 30; i++) expect(r.got.get(`d${i}`)).toBeGreaterThanOrEqual(1);
+  });
+
+  it('deleting an endpoint or a tenant is the one explicit discard: its waiting tasks are counted, not delivered', async () => {
+    const s = await setup();
+    const r = await s.receiver();
+    const t = await makeTenant(s.store, { maxInFlight: 10 });
+    const t2 = await makeTenant(s.store, { maxInFlight: 10 });
+    const ep = await makeEndpoint(s.store, t.id, r.url);
+    await makeEndpoint(s.store, t2.id, r.url);
+    // Paused: every task spills to Kafka and waits there.
+    await s.store.updateTenant(t.id, (x) => ({ ...x, status: 'paused' }));
+    await s.store.updateTenant(t2.id, (x) => ({ ...x, status: 'paused' }));
+    const before = await scrape();
+    const w = await s.worker();
+    for (let i = 0; i < 10; i++) await s.services.intake.submit(makeEvent(t.id, `x${i}`));
+    for (let i = 0; i < 7; i++) await s.services.intake.submit(makeEvent(t2.id, `y${i}`));
+    await waitFor(() => w.spill.sent >= 17, 'all 17 tasks spilled');
+    await s.store.deleteEndpoint(t.id, ep.id);
+    await s.store.updateTenant(t.id, (x) => ({ ...x, status: 'active' }));
+    await s.store.deleteTenant(t2.id);
+    const discarded = (x: Awaited<ReturnType<typeof scrape>>, reason: string) =>
+      x.value('spillway_tasks_discarded_total', { reason });
+    await waitFor(
+      async () => {
+        const now = await scrape();
+        return (
+          discarded(now, 'endpoint_deleted') - discarded(before, 'endpoint_deleted') === 10 &&
+          discarded(now, 'tenant_deleted') - discarded(before, 'tenant_deleted') === 7
+        );
+      },
+      'the 10 + 7 discards counted',
+      30_000,
+    );
+    expect(r.requests).toBe(0);
   });
 });

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { Logger } from '@spillway/shared';
+import { channels, type Logger, packageLogger } from '@spillway/shared';
 import { LRUCache } from 'lru-cache';
 import CircuitBreaker from 'opossum';
 import { breakerState as breakerGauge } from './metrics.ts';
@@ -40,7 +40,7 @@ export class AttemptFailure extends Error {
   }
 }
 
-type Run = (signal: AbortSignal) => Promise<unknown>;
+type Run = () => Promise<unknown>;
 
 interface Entry {
   breaker: CircuitBreaker<[Run], unknown>;
@@ -69,7 +69,7 @@ export class Breakers {
     };
     // Below 10 attempts a couple of unlucky timeouts would open a healthy endpoint's breaker.
     this.#opts.volumeThreshold = Math.max(10, this.#opts.volumeThreshold);
-    this.#logger = logger;
+    this.#logger = logger && packageLogger(logger, 'delivery');
     this.#rotate.setMaxListeners(0);
     this.#timer = setInterval(
       () => this.#rotate.emit('rotate'),
@@ -92,27 +92,18 @@ export class Breakers {
     return `${tenantId}\u0000${endpointId}`;
   }
 
-  /** The endpoint's breaker, created lazily. `timeoutMs` is the endpoint's request timeout. */
-  get(tenantId: string, endpointId: string, timeoutMs: number): Entry {
+  /** The endpoint's breaker, created lazily. */
+  get(tenantId: string, endpointId: string): Entry {
     const key = this.#key(tenantId, endpointId);
     const e = this.#lru.get(key);
-    if (e) {
-      // Safety net only: undici times the request out first (see dispatcher).
-      (e.breaker as unknown as { options: { timeout: number } }).options.timeout = timeoutMs + 5_000;
-      return e;
-    }
+    if (e) return e;
     const breaker: CircuitBreaker<[Run], unknown> = new CircuitBreaker<[Run], unknown>(
-      (run: Run): Promise<unknown> =>
-        run(
-          (breaker as unknown as { getSignal(): AbortSignal | undefined }).getSignal() ??
-            new AbortController().signal,
-        ),
+      (run: Run): Promise<unknown> => run(),
       {
         name: `${tenantId}/${endpointId}`,
-        timeout: timeoutMs + 5_000,
-        // If opossum's own timeout fires, this aborts the request it gave up on.
-        abortController: new AbortController(),
-        autoRenewAbortController: true,
+        // undici's header/body timeouts (the endpoint's timeoutMs) end every attempt; a second
+        // timer per fire here only cost CPU.
+        timeout: false,
         volumeThreshold: this.#opts.volumeThreshold,
         errorThresholdPercentage: this.#opts.errorThresholdPercentage,
         resetTimeout: this.#opts.resetTimeoutMs,
@@ -129,6 +120,8 @@ export class Breakers {
     const log = (state: BreakerStateName, value: number) => {
       breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, value);
       this.#logger?.info({ tenantId, endpointId, state }, 'endpoint breaker state');
+      if (channels.breakerChange.hasSubscribers)
+        channels.breakerChange.publish({ tenantId, endpointId, state });
     };
     breaker.on('open', () => {
       entry.openedAt = Date.now();

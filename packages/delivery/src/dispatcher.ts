@@ -1,5 +1,5 @@
 import type { Endpoint, Keys, Logger, RateGate, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
-import { VERSION } from '@spillway/shared';
+import { channels, VERSION } from '@spillway/shared';
 import pLimit, { type LimitFunction } from 'p-limit';
 import { AttemptFailure, type BreakerOptions, type BreakerStateName, Breakers } from './breakers.ts';
 import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
@@ -20,31 +20,34 @@ export interface DeliveryTask {
 }
 
 /**
+ * Why an attempt did not deliver. `http_<status>` for an answer outside 2xx; the rest name what
+ * went wrong before or instead of an answer. Permanent ones (no more attempts): `gone` (HTTP 410,
+ * the router disables the endpoint), `target_forbidden` (SSRF guard), `invalid_url`.
+ */
+export type FailureReason =
+  | `http_${number}`
+  | 'timeout'
+  | 'aborted'
+  | 'shutdown'
+  | `connect_error: ${string}`
+  | `rate_limiter: ${string}`
+  | `internal: ${string}`
+  | 'gone'
+  | 'target_forbidden'
+  | 'invalid_url';
+
+/**
  * What one attempt came to.
  * - `delivered`: a 2xx within the endpoint's timeout.
  * - `retry`: try again on the schedule (`retryAfterMs` from a 429/503 Retry-After, if any).
- * - `fail`: permanent, no more attempts: `target_forbidden` (SSRF guard), `gone` (HTTP 410: the
- *   router disables the endpoint), `invalid_url`.
+ * - `fail`: permanent, no more attempts.
  * - `deferred`: no request was made because the endpoint's breaker is open; no slot was held.
- * - `withdrawn`: the caller withdrew the task (DispatchOptions.signal) before a request was made.
  */
 export type AttemptOutcome =
   | { kind: 'delivered'; status: number; durationMs: number }
-  | { kind: 'retry'; status?: number; error: string; retryAfterMs?: number }
-  | { kind: 'fail'; status?: number; error: string }
-  | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number }
-  | { kind: 'withdrawn' };
-
-/** Per-call options of Dispatcher#dispatch. */
-export interface DispatchOptions {
-  /**
-   * Withdraws the task while it still waits (for rate tokens or a concurrency slot): dispatch then
-   * resolves `{kind:'withdrawn'}` and no request is made. Once the request is on its way the signal
-   * is ignored — the attempt runs to its outcome. The router uses this to spill the waiting tasks of
-   * a tenant that was just paused.
-   */
-  signal?: AbortSignal;
-}
+  | { kind: 'retry'; status?: number; error: FailureReason; retryAfterMs?: number }
+  | { kind: 'fail'; status?: number; error: FailureReason }
+  | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number };
 
 export interface DispatcherOptions {
   redis: RedisClient;
@@ -108,14 +111,29 @@ export class Dispatcher {
     this.#maxResponseBytes = opts.maxResponseBytes ?? 64 * 1024;
   }
 
+  /**
+   * One attempt: breaker pre-check, rate tokens (unless `opts.rated`: the caller already took them
+   * with `rate()`), a tenant slot, the request.
+   */
   async dispatch(
     task: DeliveryTask,
     tenant: Tenant,
     endpoint: Endpoint,
-    opts: DispatchOptions = {},
+    opts: { rated?: boolean } = {},
   ): Promise<AttemptOutcome> {
-    const outcome = await this.#dispatch(task, tenant, endpoint, opts.signal);
+    const started = performance.now();
+    const outcome = await this.#dispatch(task, tenant, endpoint, opts.rated === true);
     attemptsTotal.inc({ outcome: outcome.kind });
+    if (channels.deliveryAttempt.hasSubscribers)
+      channels.deliveryAttempt.publish({
+        tenantId: task.tenantId,
+        endpointId: task.endpointId,
+        eventId: task.eventId,
+        attempt: task.attempt,
+        outcome: outcome.kind === 'delivered' || outcome.kind === 'deferred' ? outcome.kind : outcome.error,
+        ...('status' in outcome && outcome.status !== undefined ? { status: outcome.status } : {}),
+        durationMs: performance.now() - started,
+      });
     if (outcome.kind !== 'delivered') {
       this.#logger.debug(
         {
@@ -131,13 +149,41 @@ export class Dispatcher {
     return outcome;
   }
 
+  /** Whether a task of this tenant and endpoint must take rate tokens before its attempt. */
+  rated(tenant: Tenant, endpoint: Endpoint): boolean {
+    return Boolean(tenant.limits.rate || endpoint.rate);
+  }
+
+  /**
+   * Takes the task's rate tokens (tenant, then endpoint), waiting as long as the rates say and
+   * holding nothing else meanwhile. Resolves undefined when it has them, or the outcome that ends
+   * the attempt instead (shutdown, limiter failure: back on the retry schedule).
+   */
+  async rate(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome | undefined> {
+    const signal = this.#closing.signal;
+    try {
+      if (tenant.limits.rate)
+        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, signal);
+      if (endpoint.rate)
+        await this.#limiter.acquire(
+          this.#keys.rate(task.tenantId, `ep:${task.endpointId}`),
+          endpoint.rate,
+          signal,
+        );
+      return undefined;
+    } catch (err) {
+      if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
+      // The task must go back on the schedule, never vanish with a rejected promise.
+      return { kind: 'retry', error: `rate_limiter: ${(err as Error).message}` };
+    }
+  }
+
   async #dispatch(
     task: DeliveryTask,
     tenant: Tenant,
     endpoint: Endpoint,
-    withdraw: AbortSignal | undefined,
+    rated: boolean,
   ): Promise<AttemptOutcome> {
-    if (withdraw?.aborted) return { kind: 'withdrawn' };
     let url: URL;
     try {
       url = new URL(endpoint.url);
@@ -149,46 +195,14 @@ export class Dispatcher {
     // An open breaker would refuse the attempt anyway: do not spend rate tokens on it.
     const pre = this.#breakers.admit(task.tenantId, task.endpointId);
     if (!pre.ok) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: pre.retryAfterMs };
-
-    const signal = this.#closing.signal;
-    const waiting = withdraw ? AbortSignal.any([signal, withdraw]) : signal;
-    try {
-      if (tenant.limits.rate)
-        await this.#limiter.acquire(this.#keys.rate(task.tenantId, 'tenant'), tenant.limits.rate, waiting);
-      if (endpoint.rate)
-        await this.#limiter.acquire(
-          this.#keys.rate(task.tenantId, `ep:${task.endpointId}`),
-          endpoint.rate,
-          waiting,
-        );
-    } catch (err) {
-      if (withdraw?.aborted) return { kind: 'withdrawn' };
-      if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
-      // The task must go back on the schedule, never vanish with a rejected promise.
-      return { kind: 'retry', error: `rate_limiter: ${(err as Error).message}` };
+    if (!rated) {
+      const refused = await this.rate(task, tenant, endpoint);
+      if (refused) return refused;
     }
-
+    // The router starts at most `concurrency` dispatches per tenant, so this limit rarely queues;
+    // it is the guard that keeps a tenant's open requests at its concurrency whatever the caller.
     const slots = this.#tenantSlots(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
-    if (!withdraw) return slots.limit(() => this.#inSlot(task, tenant, endpoint, url, slots));
-    // A withdrawn task leaves the slot queue at once (p-limit cannot remove a queued call, so the
-    // call, when its turn comes, returns immediately and frees the slot for the next one).
-    return new Promise<AttemptOutcome>((resolve) => {
-      let state: 'waiting' | 'withdrawn' | 'running' = 'waiting';
-      const onWithdraw = () => {
-        if (state !== 'waiting') return;
-        state = 'withdrawn';
-        resolve({ kind: 'withdrawn' });
-      };
-      withdraw.addEventListener('abort', onWithdraw, { once: true });
-      void slots
-        .limit(async () => {
-          if (state !== 'waiting') return undefined;
-          state = 'running';
-          withdraw.removeEventListener('abort', onWithdraw);
-          return this.#inSlot(task, tenant, endpoint, url, slots);
-        })
-        .then((out) => out && resolve(out));
-    });
+    return slots.limit(() => this.#inSlot(task, tenant, endpoint, url, slots));
   }
 
   /** Holding one of the tenant's slots: breaker, then the request. */
@@ -201,16 +215,14 @@ export class Dispatcher {
   ): Promise<AttemptOutcome> {
     const signal = this.#closing.signal;
     if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
-    const entry = this.#breakers.get(task.tenantId, task.endpointId, endpoint.timeoutMs);
+    const entry = this.#breakers.get(task.tenantId, task.endpointId);
     const b = entry.breaker;
     if (!b.closed && !b.pendingClose)
       return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
     slots.open++;
     inFlightGauge.inc({ tenant: task.tenantId });
     try {
-      return (await b.fire((breakerSignal) =>
-        this.#attempt(task, endpoint, url, tenant, breakerSignal),
-      )) as AttemptOutcome;
+      return (await b.fire(() => this.#attempt(task, endpoint, url, tenant))) as AttemptOutcome;
     } catch (err) {
       if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
       const code = (err as { code?: string }).code;
@@ -225,13 +237,7 @@ export class Dispatcher {
   }
 
   /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
-  async #attempt(
-    task: DeliveryTask,
-    endpoint: Endpoint,
-    url: URL,
-    tenant: Tenant,
-    breakerSignal: AbortSignal,
-  ): Promise<AttemptOutcome> {
+  async #attempt(task: DeliveryTask, endpoint: Endpoint, url: URL, tenant: Tenant): Promise<AttemptOutcome> {
     const started = performance.now();
     const ts = Math.floor(Date.now() / 1000);
     const body = task.event.body;
@@ -243,8 +249,10 @@ export class Dispatcher {
       'spillway-event-type': task.event.type,
       'user-agent': this.#userAgent,
     };
+    // undici's header and body timeouts bound the attempt; close() destroys the Agents, which
+    // aborts whatever is still open. No per-attempt AbortSignal: composing one per request was
+    // ~8 % of a worker's CPU.
     const timeoutMs = endpoint.timeoutMs;
-    const signal = AbortSignal.any([breakerSignal, this.#closing.signal, AbortSignal.timeout(timeoutMs)]);
     const agent = this.#pools.agent(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
     const done = (o: AttemptOutcome, counts: boolean): AttemptOutcome => {
       attemptSeconds.observe({ outcome: o.kind }, (performance.now() - started) / 1000);
@@ -260,16 +268,18 @@ export class Dispatcher {
         method: 'POST',
         headers,
         body,
-        signal,
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });
       status = res.statusCode;
       retryAfter = res.headers['retry-after'];
       // Read a little (lets keep-alive reuse the socket) and drop the rest with the socket.
-      await res.body.dump({ limit: this.#maxResponseBytes, signal }).catch(() => {});
+      await res.body.dump({ limit: this.#maxResponseBytes }).catch(() => {});
     } catch (err) {
-      return done(classifyError(err, signal), true);
+      return done(
+        this.#closing.signal.aborted ? { kind: 'retry', error: 'shutdown' } : classifyError(err),
+        true,
+      );
     }
     const durationMs = Math.round(performance.now() - started);
     if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);
@@ -347,5 +357,7 @@ export function classifyError(err: unknown, signal?: AbortSignal): AttemptOutcom
   if (timeout) return { kind: 'retry', error: 'timeout' };
   if (signal?.aborted) return { kind: 'retry', error: 'aborted' };
   const first = chain[0];
+  if (chain.some((e) => e.code === 'UND_ERR_DESTROYED' || e.code === 'UND_ERR_CLOSED'))
+    return { kind: 'retry', error: 'shutdown' };
   return { kind: 'retry', error: `connect_error: ${first?.code ?? first?.message ?? String(err)}` };
 }

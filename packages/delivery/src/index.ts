@@ -7,7 +7,7 @@ export {
   type DeliveryTask,
   Dispatcher,
   type DispatcherOptions,
-  type DispatchOptions,
+  type FailureReason,
 } from './dispatcher.ts';
 export { LeasedLimiter, type LeasedLimiterOptions, type LeaseRecord, type LimiterStats } from './limiter.ts';
 export { MAX_RETRY_AFTER_MS, nextRetryDelay, parseRetryAfter } from './retry.ts';

@@ -1,5 +1,12 @@
-import { readFileSync } from 'node:fs';
-import type { Logger, Rate, RateGate, RedisClient, TakeResult } from '@spillway/shared';
+import {
+  defineCommands,
+  type Logger,
+  packageLogger,
+  type Rate,
+  type RateGate,
+  type RedisClient,
+  type TakeResult,
+} from '@spillway/shared';
 import {
   limiterRedisCalls,
   limiterRedisErrors,
@@ -20,9 +27,6 @@ import {
  * number of callers already waiting) and expire after `leaseTtlMs`, which keeps that sum small for
  * slow keys while hot keys still make ≈ 1/lease Redis calls per token.
  */
-
-const LUA = readFileSync(new URL('./commands/lease-1.lua', import.meta.url), 'utf8');
-const COMMAND = 'spillwayLease';
 
 type LeaseCommand = (
   key: string,
@@ -126,7 +130,7 @@ export class LeasedLimiter implements RateGate {
 
   constructor(opts: LeasedLimiterOptions) {
     this.#redis = opts.redis;
-    this.#logger = opts.logger;
+    this.#logger = opts.logger && packageLogger(opts.logger, 'delivery');
     this.#onLease = opts.onLease;
     this.#opts = {
       failPolicy: opts.failPolicy ?? 'closed',
@@ -137,12 +141,11 @@ export class LeasedLimiter implements RateGate {
       callTimeoutMs: opts.callTimeoutMs ?? 1_000,
       retryMs: opts.retryMs ?? 500,
     };
-    const r = this.#redis as unknown as Record<string, unknown> & {
-      defineCommand(name: string, def: { numberOfKeys: number; lua: string }): void;
-    };
     // ioredis runs it with EVALSHA and reloads the script on NOSCRIPT (after a restart or FLUSH).
-    if (typeof r[COMMAND] !== 'function') r.defineCommand(COMMAND, { numberOfKeys: 1, lua: LUA });
-    this.#lease = (r[COMMAND] as LeaseCommand).bind(this.#redis);
+    const r = defineCommands<{ lease: LeaseCommand }>(this.#redis, new URL('./commands/', import.meta.url), [
+      'lease-1',
+    ]);
+    this.#lease = r.lease.bind(r);
     // Idle keys are forgotten so a worker that saw many tenants does not keep them all.
     this.#sweep = setInterval(() => this.#forgetIdle(), 30_000);
     this.#sweep.unref();
@@ -401,7 +404,7 @@ export class LeasedLimiter implements RateGate {
       if (now - this.#lastErrorLog > 5_000) {
         this.#lastErrorLog = now;
         this.#logger?.warn(
-          { key: s.key, err: (err as Error).message, failPolicy: this.#opts.failPolicy },
+          { key: s.key, err, failPolicy: this.#opts.failPolicy },
           this.#opts.failPolicy === 'open'
             ? 'rate limiter cannot reach Redis: fail-open on a local bucket at rate / workers'
             : 'rate limiter cannot reach Redis: fail-closed, deliveries wait',

@@ -1,5 +1,5 @@
-import { createHmac, randomBytes } from 'node:crypto';
-import type { Endpoint } from '@spillway/shared';
+import { createHmac } from 'node:crypto';
+import { type Endpoint, errors, generateWhsec, parseWhsec } from '@spillway/shared';
 
 /**
  * Standard Webhooks signing (https://www.standardwebhooks.com): the signed content is
@@ -8,15 +8,17 @@ import type { Endpoint } from '@spillway/shared';
  * rotation the receiver accepts whichever secret it already knows.
  */
 
-const PREFIX = 'whsec_';
-
 /** `whsec_` + base64 of 32 random bytes (the spec asks for 24 to 64). */
 export function generateSecret(): string {
-  return PREFIX + randomBytes(32).toString('base64');
+  return generateWhsec(32);
 }
 
+/** The admin API stores only `whsec_` secrets (shared `parseWhsec`); anything else is a bug upstream. */
 function secretKey(secret: string): Buffer {
-  return Buffer.from(secret.startsWith(PREFIX) ? secret.slice(PREFIX.length) : secret, 'base64');
+  const key = parseWhsec(secret);
+  if (!key)
+    throw errors.config('endpoint secret is not whsec_ + base64 (the admin API refuses such secrets)');
+  return key;
 }
 
 /** The `webhook-signature` header value: one `v1,<b64>` per secret, space-separated. */

@@ -1,3 +1,4 @@
+import diagnosticsChannel from 'node:diagnostics_channel';
 import net from 'node:net';
 import { createKeys, createLogger, createRedis, type RedisClient, VERSION } from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
@@ -209,37 +210,31 @@ describe('Dispatcher: tenant isolation', () => {
   });
 });
 
-describe('Dispatcher: withdrawing waiting tasks', () => {
-  it('a task waiting for a concurrency slot or for rate tokens is withdrawn without a request; a sending one is not', async () => {
-    const hold: (() => void)[] = [];
-    const r = await rx((_req, res) => void hold.push(() => res.end('ok')));
+describe('Dispatcher: diagnostics channel', () => {
+  it('publishes every attempt outcome on spillway:delivery:attempt while subscribed, nothing after', async () => {
+    const r = await rx((req, res) => {
+      res.statusCode = req.url?.includes('fail') ? 500 : 200;
+      res.end();
+    });
     const d = dispatcher();
-    const tid = `wd-${Date.now()}`;
-    const t = tenant(tid, { concurrency: 1 });
-    const ep = endpoint(tid, 'e1', r.url);
-    const first = new AbortController();
-    const second = new AbortController();
-    const sending = d.dispatch(task(tid, 'e1'), t, ep, { signal: first.signal });
-    const waitingForSlot = d.dispatch(task(tid, 'e1'), t, ep, { signal: second.signal });
-    while (r.requests.length < 1) await new Promise((res) => setTimeout(res, 10));
-    first.abort();
-    second.abort();
-    expect(await waitingForSlot).toEqual({ kind: 'withdrawn' });
-    for (const release of hold) release();
-    expect(await sending).toMatchObject({ kind: 'delivered' });
-    expect(r.requests).toHaveLength(1);
-
-    // Rate: burst 1 at 0.2/s — the second task waits for a token, holding no slot, and is withdrawn.
-    const rated = tenant(`${tid}-r`, { rate: { perSecond: 0.2, burst: 1 } });
-    const r2 = await rx();
-    const ep2 = endpoint(rated.id, 'e1', r2.url);
-    const hold2 = new AbortController();
-    expect(await d.dispatch(task(rated.id, 'e1'), rated, ep2)).toMatchObject({ kind: 'delivered' });
-    const waitingForToken = d.dispatch(task(rated.id, 'e1'), rated, ep2, { signal: hold2.signal });
-    await new Promise((res) => setTimeout(res, 100));
-    expect(d.inFlight(rated.id)).toBe(0);
-    hold2.abort();
-    expect(await waitingForToken).toEqual({ kind: 'withdrawn' });
-    expect(r2.requests).toHaveLength(1);
+    const tid = `dc-${Date.now()}`;
+    const t = tenant(tid);
+    const seen: { eventId: string; kind: string }[] = [];
+    const onMsg = (m: unknown) => {
+      const { eventId, outcome } = m as { eventId: string; outcome: string };
+      seen.push({ eventId, kind: outcome });
+    };
+    diagnosticsChannel.subscribe('spillway:delivery:attempt', onMsg);
+    const ok = task(tid, 'e1');
+    const bad = task(tid, 'e2');
+    await d.dispatch(ok, t, endpoint(tid, 'e1', `${r.url}/ok`));
+    await d.dispatch(bad, t, endpoint(tid, 'e2', `${r.url}/fail`));
+    diagnosticsChannel.unsubscribe('spillway:delivery:attempt', onMsg);
+    await d.dispatch(task(tid, 'e1'), t, endpoint(tid, 'e1', `${r.url}/ok`));
+    expect(seen).toEqual([
+      { eventId: ok.eventId, kind: 'delivered' },
+      { eventId: bad.eventId, kind: 'http_500' },
+    ]);
+    await d.close();
   });
 });

@@ -11,7 +11,7 @@ if (major < 24) {
 // as a TimeoutNegativeWarning on every start (Node treats the delay as 1 ms: harmless). Drop that
 // one warning; every other still prints.
 const emitWarning = process.emitWarning;
-process.emitWarning = function (warning, ...rest) {
+process.emitWarning = (warning, ...rest) => {
   const type = typeof rest[0] === 'string' ? rest[0] : rest[0]?.type;
   if (type === 'TimeoutNegativeWarning' || warning?.name === 'TimeoutNegativeWarning') return;
   return emitWarning.call(process, warning, ...rest);
@@ -24,33 +24,41 @@ process.emitWarning = function (warning, ...rest) {
 // flags must be set at startup, so the process re-executes itself once (process.execve keeps the
 // pid, so supervisors and signals are unaffected). Flags or MALLOC_ARENA_MAX given explicitly
 // (command line, NODE_OPTIONS, env) win; SPILLWAY_NODE_TUNING=0 turns this off.
-const TUNED_ENV = 'SPILLWAY_NODE_TUNED';
 const argv = process.argv.slice(2);
 const roleArg = argv.findIndex((a) => a === '--role' || a.startsWith('--role='));
 const role =
   roleArg < 0 ? 'all' : argv[roleArg].includes('=') ? argv[roleArg].split('=')[1] : argv[roleArg + 1];
-if (
-  argv[0] === 'start' &&
-  (role === 'worker' || role === 'all') &&
-  process.env[TUNED_ENV] === undefined &&
-  process.env.SPILLWAY_NODE_TUNING !== '0' &&
-  typeof process.execve === 'function'
-) {
-  const given = `${process.execArgv.join(' ')} ${process.env.NODE_OPTIONS ?? ''}`.replaceAll('_', '-');
-  const flags = [
-    ['--max-semi-space-size', '--max-semi-space-size=16'],
-    ['--heap-growing-percent', '--heap-growing-percent=50'],
-  ]
-    .filter(([name]) => !given.includes(name))
-    .map(([, flag]) => flag);
-  const env = { ...process.env, [TUNED_ENV]: '1' };
-  env.MALLOC_ARENA_MAX ??= '2';
-  const { fileURLToPath } = await import('node:url');
-  process.execve(
-    process.execPath,
-    [process.execPath, ...process.execArgv, ...flags, fileURLToPath(import.meta.url), ...argv],
-    env,
-  );
+if (argv[0] === 'start' && (role === 'worker' || role === 'all') && typeof process.execve === 'function') {
+  // Every environment read goes through the shared config (its config module alone: no Redis,
+  // Kafka or logger is loaded before the re-exec).
+  const { loadNodeTuning } = await import('@spillway/shared/config');
+  let tuning;
+  try {
+    tuning = loadNodeTuning();
+  } catch (err) {
+    process.stderr.write(`spillway: ${err.message}\n`);
+    process.exit(1);
+  }
+  if (tuning.enabled && !tuning.alreadyTuned) {
+    const given = `${process.execArgv.join(' ')} ${tuning.nodeOptions}`.replaceAll('_', '-');
+    const flags = [
+      ['--max-semi-space-size', '--max-semi-space-size=16'],
+      ['--heap-growing-percent', '--heap-growing-percent=50'],
+    ]
+      .filter(([name]) => !given.includes(name))
+      .map(([, flag]) => flag);
+    const env = {
+      ...process.env,
+      [tuning.markerVariable]: '1',
+      MALLOC_ARENA_MAX: tuning.mallocArenaMax ?? '2',
+    };
+    const { fileURLToPath } = await import('node:url');
+    process.execve(
+      process.execPath,
+      [process.execPath, ...process.execArgv, ...flags, fileURLToPath(import.meta.url), ...argv],
+      env,
+    );
+  }
 }
 const { main } = await import('../src/cli/main.ts');
 await main(process.argv);

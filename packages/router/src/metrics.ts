@@ -1,15 +1,10 @@
-import { registry } from '@spillway/shared';
-import { Counter, Gauge, Histogram } from 'prom-client';
+import { metricFactory } from '@spillway/shared';
 
 /**
  * Router metrics on the shared registry. Created once per process (module scope, and reused if
  * another copy of this module already registered them) because tests and `--role all` run several
  * workers and intakes in one process; per-worker numbers are summed by the gauges' collect().
  */
-
-function once<T>(name: string, make: () => T): T {
-  return (registry.getSingleMetric(name) as T | undefined) ?? make();
-}
 
 /** What a live worker contributes to the process-wide gauges. */
 export interface GaugeSource {
@@ -29,164 +24,73 @@ export function addGaugeSource(s: GaugeSource): () => void {
   return () => sources.delete(s);
 }
 
-export const intakeBatchesTotal = once(
-  'spillway_intake_batches_total',
-  () =>
-    new Counter({
-      name: 'spillway_intake_batches_total',
-      help: 'Group commits of the durable intake by outcome (committed = one BullMQ job added, failed = 503 to every caller, duplicate = nothing new to add)',
-      labelNames: ['outcome'],
-      registers: [registry],
-    }),
-);
+const { counter, gauge, histogram } = metricFactory({
+  spillway_intake_batches_total:
+    'Group commits of the durable intake by outcome (committed = one BullMQ job added, failed = 503 to every caller, duplicate = nothing new to add)',
+  spillway_intake_events_total:
+    'Events submitted to the durable intake by result (accepted, duplicate, rejected)',
+  spillway_intake_commit_duration_seconds:
+    'Time to make one group-committed batch durable (dedup reserve + job add + promote), i.e. the latency a caller sees beyond the group-commit wait',
+  spillway_intake_batch_events: 'Events per group commit',
+  spillway_spill_produced_total: 'Spill records acknowledged by Kafka (new spills and re-appends)',
+  spillway_spill_reappended_total:
+    'Blocked spill records the drainer re-appended to the tail of the topic (churn of paused/saturated backlogs)',
+  spillway_spill_admitted_total: 'Spill records the drainer brought back into memory (a credit was free)',
+  spillway_spill_lookahead_records:
+    "Spill records currently held in the drainers' per-partition look-ahead (not yet resolved)",
+  spillway_router_credits_used: 'Credits in use per tenant, summed over the workers of this process',
+  spillway_router_tasks_in_memory: 'Delivery tasks held in memory by the workers of this process',
+  spillway_router_body_bytes:
+    'Event body bytes held in memory by admitted delivery tasks of the workers of this process (bounded by SPILLWAY_WORKER_BODY_BUDGET)',
+  spillway_retry_jobs_scheduled_total:
+    'Delayed BullMQ retry jobs added (one job carries every task of one flush window and delay bucket)',
+  spillway_retry_tasks_scheduled_total: 'Delivery tasks handed to retry jobs',
+  spillway_dlq_writes_total:
+    'Deliveries written to a tenant DLQ (last attempt failed, or a permanent failure)',
+  spillway_tasks_discarded_total:
+    'Delivery tasks discarded because their tenant or endpoint was deleted (the only tasks that end neither delivered nor in a DLQ)',
+});
 
-export const intakeEventsTotal = once(
-  'spillway_intake_events_total',
-  () =>
-    new Counter({
-      name: 'spillway_intake_events_total',
-      help: 'Events submitted to the durable intake by result (accepted, duplicate, rejected)',
-      labelNames: ['result'],
-      registers: [registry],
-    }),
-);
+/** A gauge whose value is the sum of `of(source)` over the live workers at scrape time. */
+const summed = (
+  name: 'spillway_router_tasks_in_memory' | 'spillway_router_body_bytes',
+  of: (s: GaugeSource) => number,
+) =>
+  gauge(name, {
+    collect() {
+      let n = 0;
+      for (const s of sources) n += of(s);
+      this.set(n);
+    },
+  });
 
-export const intakeCommitSeconds = once(
+export const intakeBatchesTotal = counter('spillway_intake_batches_total', ['outcome']);
+export const intakeEventsTotal = counter('spillway_intake_events_total', ['result']);
+export const intakeCommitSeconds = histogram(
   'spillway_intake_commit_duration_seconds',
-  () =>
-    new Histogram({
-      name: 'spillway_intake_commit_duration_seconds',
-      help: 'Time to make one group-committed batch durable (dedup reserve + job add + promote), i.e. the latency a caller sees beyond the group-commit wait',
-      buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3],
-      registers: [registry],
-    }),
+  [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3],
 );
-
-export const intakeBatchEvents = once(
+export const intakeBatchEvents = histogram(
   'spillway_intake_batch_events',
-  () =>
-    new Histogram({
-      name: 'spillway_intake_batch_events',
-      help: 'Events per group commit',
-      buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
-      registers: [registry],
-    }),
+  [1, 2, 4, 8, 16, 32, 64, 128, 256],
 );
-
-export const spillProducedTotal = once(
-  'spillway_spill_produced_total',
-  () =>
-    new Counter({
-      name: 'spillway_spill_produced_total',
-      help: 'Spill records acknowledged by Kafka (new spills and re-appends)',
-      registers: [registry],
-    }),
-);
-
-export const spillReappendedTotal = once(
-  'spillway_spill_reappended_total',
-  () =>
-    new Counter({
-      name: 'spillway_spill_reappended_total',
-      help: 'Blocked spill records the drainer re-appended to the tail of the topic (churn of paused/saturated backlogs)',
-      registers: [registry],
-    }),
-);
-
-export const spillAdmittedTotal = once(
-  'spillway_spill_admitted_total',
-  () =>
-    new Counter({
-      name: 'spillway_spill_admitted_total',
-      help: 'Spill records the drainer brought back into memory (a credit was free)',
-      registers: [registry],
-    }),
-);
-
-export const spillLookaheadRecords = once(
-  'spillway_spill_lookahead_records',
-  () =>
-    new Gauge({
-      name: 'spillway_spill_lookahead_records',
-      help: "Spill records currently held in the drainers' per-partition look-ahead (not yet resolved)",
-      registers: [registry],
-    }),
-);
-
-export const creditsUsedGauge = once(
-  'spillway_router_credits_used',
-  () =>
-    new Gauge({
-      name: 'spillway_router_credits_used',
-      help: 'Credits in use per tenant, summed over the workers of this process',
-      labelNames: ['tenant'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        const sum = new Map<string, number>();
-        for (const s of sources)
-          for (const [tid, n] of s.creditsUsed()) sum.set(tid, (sum.get(tid) ?? 0) + n);
-        for (const [tid, n] of sum) this.set({ tenant: tid }, n);
-      },
-    }),
-);
-
-export const tasksInMemoryGauge = once(
-  'spillway_router_tasks_in_memory',
-  () =>
-    new Gauge({
-      name: 'spillway_router_tasks_in_memory',
-      help: 'Delivery tasks held in memory by the workers of this process',
-      registers: [registry],
-      collect() {
-        let n = 0;
-        for (const s of sources) n += s.tasksInMemory();
-        this.set(n);
-      },
-    }),
-);
-
-export const bodyBytesGauge = once(
-  'spillway_router_body_bytes',
-  () =>
-    new Gauge({
-      name: 'spillway_router_body_bytes',
-      help: 'Event body bytes held in memory by admitted delivery tasks of the workers of this process (bounded by SPILLWAY_WORKER_BODY_BUDGET)',
-      registers: [registry],
-      collect() {
-        let n = 0;
-        for (const s of sources) n += s.bodyBytes();
-        this.set(n);
-      },
-    }),
-);
-
-export const retryJobsTotal = once(
-  'spillway_retry_jobs_scheduled_total',
-  () =>
-    new Counter({
-      name: 'spillway_retry_jobs_scheduled_total',
-      help: 'Delayed BullMQ retry jobs added (one job carries every task of one flush window and delay bucket)',
-      registers: [registry],
-    }),
-);
-
-export const retryTasksTotal = once(
-  'spillway_retry_tasks_scheduled_total',
-  () =>
-    new Counter({
-      name: 'spillway_retry_tasks_scheduled_total',
-      help: 'Delivery tasks handed to retry jobs',
-      registers: [registry],
-    }),
-);
-
-export const dlqWritesTotal = once(
-  'spillway_dlq_writes_total',
-  () =>
-    new Counter({
-      name: 'spillway_dlq_writes_total',
-      help: 'Deliveries written to a tenant DLQ (last attempt failed, or a permanent failure)',
-      registers: [registry],
-    }),
-);
+export const spillProducedTotal = counter('spillway_spill_produced_total');
+export const spillReappendedTotal = counter('spillway_spill_reappended_total');
+export const spillAdmittedTotal = counter('spillway_spill_admitted_total');
+export const spillLookaheadRecords = gauge('spillway_spill_lookahead_records');
+export const creditsUsedGauge = gauge('spillway_router_credits_used', {
+  labelNames: ['tenant'],
+  collect() {
+    this.reset();
+    const sum = new Map<string, number>();
+    for (const s of sources)
+      for (const [tenantId, n] of s.creditsUsed()) sum.set(tenantId, (sum.get(tenantId) ?? 0) + n);
+    for (const [tenantId, n] of sum) this.set({ tenant: tenantId }, n);
+  },
+});
+export const tasksInMemoryGauge = summed('spillway_router_tasks_in_memory', (s) => s.tasksInMemory());
+export const bodyBytesGauge = summed('spillway_router_body_bytes', (s) => s.bodyBytes());
+export const retryJobsTotal = counter('spillway_retry_jobs_scheduled_total');
+export const retryTasksTotal = counter('spillway_retry_tasks_scheduled_total');
+export const dlqWritesTotal = counter('spillway_dlq_writes_total');
+export const tasksDiscardedTotal = counter('spillway_tasks_discarded_total', ['reason']);

@@ -1,31 +1,25 @@
 import { randomBytes } from 'node:crypto';
 import SwaggerParser from '@apidevtools/swagger-parser';
-import { createKeys } from '@spillway/shared';
+import type { createKeys } from '@spillway/shared';
 import { Ajv } from 'ajv';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { testEnv } from '../../../test/helpers/env.ts';
-import { type Started, start } from '../src/start.ts';
+import { type StartedRouter, startRouter } from './started.ts';
 
 /** The admin API through real HTTP on a real `start('admin')` against the suite's Redis and Kafka. */
-let s: Started;
 let env: Record<string, string>;
 let base: string;
 let redis: Redis;
 let keys: ReturnType<typeof createKeys>;
 
+let router: StartedRouter | undefined;
+
 beforeAll(async () => {
-  env = testEnv();
-  s = await start('admin', env);
-  base = `http://127.0.0.1:${s.adminPort}`;
-  redis = new Redis(env.SPILLWAY_REDIS_URL!);
-  keys = createKeys(env.SPILLWAY_PREFIX!);
+  router = await startRouter('admin');
+  ({ env, base, redis, keys } = router);
 }, 30_000);
 
-afterAll(async () => {
-  await s?.close();
-  redis?.disconnect();
-});
+afterAll(() => router?.close());
 
 interface Res {
   status: number;

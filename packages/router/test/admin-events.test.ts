@@ -5,12 +5,13 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createKeys } from '@spillway/shared';
+import { type Started, start } from '@spillway/router/testing';
+import type { createKeys } from '@spillway/shared';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
 import { waitFor } from '../../../test/helpers/spawn.ts';
-import { type Started, start } from '../src/start.ts';
+import { type StartedRouter, startRouter } from './started.ts';
 
 /**
  * Events, DLQ and stats routes against a real `start('all')` (admin + worker + ingest in one
@@ -27,6 +28,7 @@ let env: Record<string, string>;
 let base: string;
 let redis: Redis;
 let keys: ReturnType<typeof createKeys>;
+let router: StartedRouter | undefined;
 let receiver: http.Server;
 let receiverUrl: string;
 const hits: Hit[] = [];
@@ -45,16 +47,15 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
-  env = testEnv({ SPILLWAY_RETRY_SCHEDULE: '50ms', SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32' });
-  s = await start('all', env);
-  base = `http://127.0.0.1:${s.adminPort}`;
-  redis = new Redis(env.SPILLWAY_REDIS_URL!);
-  keys = createKeys(env.SPILLWAY_PREFIX!);
+  router = await startRouter('all', {
+    SPILLWAY_RETRY_SCHEDULE: '50ms',
+    SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
+  });
+  ({ s, env, base, redis, keys } = router);
 }, 60_000);
 
 afterAll(async () => {
-  await s?.close();
-  redis?.disconnect();
+  await router?.close();
   await new Promise((r) => receiver?.close(r));
 });
 

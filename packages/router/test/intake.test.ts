@@ -1,16 +1,27 @@
 import { randomBytes } from 'node:crypto';
+import { readEvent } from '@spillway/router/testing';
 import { isSpillwayError } from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
 import { makeEvent, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
 import { createIntake, createRuntime, type Runtime } from '../src/index.ts';
-import { readEvent } from '../src/records.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
+
+/** An intake on a fresh runtime, both closed after the test. */
+function intakeOn(overrides: Record<string, string> = {}) {
+  const rt = routerRuntime(overrides);
+  const intake = createIntake(rt);
+  cleanup.push(async () => {
+    await intake.close();
+    await rt.close();
+  });
+  return { rt, intake };
+}
 
 async function jobsIn(rt: Runtime): Promise<{ count: number; events: number }> {
   const q = new Queue(rt.keys.intakeQueue, { connection: rt.redis as never, prefix: rt.keys.bullPrefix });
@@ -24,12 +35,7 @@ async function jobsIn(rt: Runtime): Promise<{ count: number; events: number }> {
 
 describe('durable intake', () => {
   it('group-commits concurrent submits into one BullMQ job and answers each after it is durable', async () => {
-    const rt = routerRuntime({ SPILLWAY_GROUP_COMMIT: '20ms' });
-    const intake = createIntake(rt);
-    cleanup.push(async () => {
-      await intake.close();
-      await rt.close();
-    });
+    const { rt, intake } = intakeOn({ SPILLWAY_GROUP_COMMIT: '20ms' });
     const results = await Promise.all(
       Array.from({ length: 50 }, (_, i) => intake.submit(makeEvent('acme', `e${i}`))),
     );
@@ -38,12 +44,7 @@ describe('durable intake', () => {
   });
 
   it('an accepted event is readable at once (GET right after the 202 finds it, deliveries pending fan-out)', async () => {
-    const rt = routerRuntime();
-    const intake = createIntake(rt);
-    cleanup.push(async () => {
-      await intake.close();
-      await rt.close();
-    });
+    const { rt, intake } = intakeOn();
     const ev = makeEvent('acme', 'readable');
     expect(await readEvent(rt.redis, rt.keys, 'acme', 'readable')).toBeUndefined();
     await intake.submit(ev);
@@ -57,12 +58,7 @@ describe('durable intake', () => {
   });
 
   it('two concurrent submits of one id: exactly one accepted and one duplicate; later ones are duplicates too', async () => {
-    const rt = routerRuntime();
-    const intake = createIntake(rt);
-    cleanup.push(async () => {
-      await intake.close();
-      await rt.close();
-    });
+    const { rt, intake } = intakeOn();
     const [a, b] = await Promise.all([
       intake.submit(makeEvent('acme', 'same')),
       intake.submit(makeEvent('acme', 'same')),
@@ -104,12 +100,7 @@ describe('durable intake', () => {
   });
 
   it('Redis down: every caller in the batch rejects with SPW_ERR_UNAVAILABLE and Retry-After', async () => {
-    const rt = routerRuntime({ SPILLWAY_REDIS_URL: 'redis://127.0.0.1:1' });
-    const intake = createIntake(rt);
-    cleanup.push(async () => {
-      await intake.close();
-      await rt.close();
-    });
+    const { intake } = intakeOn({ SPILLWAY_REDIS_URL: 'redis://127.0.0.1:1' });
     const rs = await Promise.allSettled([
       intake.submit(makeEvent('acme', 'x1')),
       intake.submit(makeEvent('acme', 'x2')),
@@ -124,12 +115,7 @@ describe('durable intake', () => {
   });
 
   it('an accepted id is marked done for the full window; a pending marker of another process gets 503, never a false duplicate', async () => {
-    const rt = routerRuntime();
-    const intake = createIntake(rt);
-    cleanup.push(async () => {
-      await intake.close();
-      await rt.close();
-    });
+    const { rt, intake } = intakeOn();
     const id = `m-${randomBytes(3).toString('hex')}`;
     await intake.submit(makeEvent('acme', id));
     expect(await rt.redis.get(rt.keys.dedup('acme', id))).toBe('d');

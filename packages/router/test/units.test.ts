@@ -1,7 +1,13 @@
+import {
+  Credits,
+  eventFromWire,
+  eventToWire,
+  fanOut,
+  taskFromWire,
+  taskToWire,
+} from '@spillway/router/testing';
 import type { Endpoint } from '@spillway/shared';
 import { describe, expect, it } from 'vitest';
-import { Credits } from '../src/credits.ts';
-import { eventFromWire, eventToWire, fanOut, taskFromWire, taskToWire } from '../src/fanout.ts';
 import { matchesEventType } from '../src/index.ts';
 
 const ep = (id: string, eventTypes: string[], status: Endpoint['status'] = 'active'): Endpoint => ({

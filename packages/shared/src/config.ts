@@ -22,6 +22,11 @@ export const DEFAULTS = {
   SPILLWAY_PREFIX: 'spw',
   SPILLWAY_SPILL_TOPIC: 'spillway.spill',
   SPILLWAY_SPILL_PARTITIONS: '12',
+  /**
+   * Replicas of each spill-topic partition; its min.insync.replicas is one less (at least 1).
+   * Empty: min(3, brokers in the cluster).
+   */
+  SPILLWAY_SPILL_REPLICATION: '',
   /** Bytes of request bodies the ingest role holds at once; past it new requests get 503. */
   SPILLWAY_INGEST_BODY_BUDGET: '67108864',
   /** Bytes of event bodies a worker holds in memory (admitted tasks); past it tasks spill to Kafka. */
@@ -37,7 +42,24 @@ export const DEFAULTS = {
   SPILLWAY_JOB_STALLED_INTERVAL: '5s',
   /** Spill drainer's Kafka consumer-group session timeout: how soon a dead worker's partitions move. */
   SPILLWAY_KAFKA_SESSION_TIMEOUT: '10s',
+  /** Where the operator CLI finds the admin API. */
+  SPILLWAY_ADMIN_URL: 'http://127.0.0.1:8081',
+  /** `0` turns off the V8/malloc memory tuning `bin/spillway.mjs` applies to worker roles. */
+  SPILLWAY_NODE_TUNING: '1',
 } as const;
+
+/** Reports a bad value (one line naming the variable) from inside a zod transform. */
+function invalid(ctx: z.RefinementCtx, message: string): never {
+  ctx.addIssue({ code: 'custom', message });
+  return z.NEVER;
+}
+
+/** A comma-separated list, items trimmed, empty ones dropped. */
+const csv = (s: string) =>
+  s
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean);
 
 const port = (name: string) =>
   z
@@ -56,11 +78,7 @@ const duration = (name: string) =>
   z.string().transform((s, ctx) => {
     const ms = parseDuration(s);
     if (ms === undefined || ms <= 0) {
-      ctx.addIssue({
-        code: 'custom',
-        message: `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")`,
-      });
-      return z.NEVER;
+      return invalid(ctx, `${name} must be a duration like 250ms, 5s, 30m or 2h (got "${s}")`);
     }
     return ms;
   });
@@ -93,27 +111,19 @@ const schema = z.object({
       const u = new URL(s);
       return { kind: 'standalone', url: s, nodes: [{ host: u.hostname, port: Number(u.port || 6379) }] };
     }
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(
+      ctx,
+      `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
+    );
   }),
   SPILLWAY_KAFKA_BROKERS: z.string().transform((s, ctx) => {
-    const list = s
-      .split(',')
-      .map((b) => b.trim())
-      .filter(Boolean);
+    const list = csv(s);
     if (
       list.length > 0 &&
       list.every((b) => /^[\w.-]+:\d{1,5}$/.test(b) || /^\[[0-9a-f:]+\]:\d{1,5}$/i.test(b))
     )
       return list;
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(ctx, `SPILLWAY_KAFKA_BROKERS must be host:port[,host:port...] (got "${s}")`);
   }),
   SPILLWAY_INGEST_PORT: port('SPILLWAY_INGEST_PORT'),
   SPILLWAY_ADMIN_PORT: port('SPILLWAY_ADMIN_PORT'),
@@ -125,26 +135,21 @@ const schema = z.object({
   SPILLWAY_RETRY_SCHEDULE: z.string().transform((s, ctx) => {
     const parts = s.split(',').map((p) => parseDuration(p));
     if (parts.length > 0 && parts.every((ms) => ms !== undefined && ms > 0)) return parts as number[];
-    ctx.addIssue({
-      code: 'custom',
-      message: `SPILLWAY_RETRY_SCHEDULE must be a comma-separated list of durations like 5s,5m,30m (got "${s}")`,
-    });
-    return z.NEVER;
+    return invalid(
+      ctx,
+      `SPILLWAY_RETRY_SCHEDULE must be a comma-separated list of durations like 5s,5m,30m (got "${s}")`,
+    );
   }),
   SPILLWAY_TARGET_ALLOW_CIDRS: z.string().transform((s, ctx) => {
-    const list = s
-      .split(',')
-      .map((c) => c.trim())
-      .filter(Boolean);
+    const list = csv(s);
     for (const c of list) {
       try {
         ipaddr.parseCIDR(c);
       } catch {
-        ctx.addIssue({
-          code: 'custom',
-          message: `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)`,
-        });
-        return z.NEVER;
+        return invalid(
+          ctx,
+          `SPILLWAY_TARGET_ALLOW_CIDRS has an invalid CIDR "${c}" (e.g. 127.0.0.1/32,::1/128)`,
+        );
       }
     }
     return list;
@@ -161,6 +166,13 @@ const schema = z.object({
     .string()
     .regex(/^[a-zA-Z0-9._-]{1,200}$/, 'SPILLWAY_SPILL_TOPIC must be a valid Kafka topic name'),
   SPILLWAY_SPILL_PARTITIONS: positiveInt('SPILLWAY_SPILL_PARTITIONS'),
+  SPILLWAY_SPILL_REPLICATION: z
+    .string()
+    .regex(
+      /^([1-9][0-9]?)?$/,
+      'SPILLWAY_SPILL_REPLICATION must be empty (min(3, brokers)) or a whole number 1-99',
+    )
+    .transform((v) => (v === '' ? undefined : Number(v))),
   SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
   SPILLWAY_WORKER_BODY_BUDGET: positiveInt('SPILLWAY_WORKER_BODY_BUDGET'),
   SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
@@ -182,7 +194,34 @@ const schema = z.object({
     1_800_000,
     "Kafka brokers' default group.min/max.session.timeout.ms",
   ),
+  SPILLWAY_ADMIN_URL: z.string().transform((s, ctx) => {
+    if (/^https?:\/\/[^/\s]+/.test(s) && URL.canParse(s)) return s.replace(/\/+$/, '');
+    return invalid(ctx, `SPILLWAY_ADMIN_URL must be an http:// or https:// URL (got "${s}")`);
+  }),
+  SPILLWAY_NODE_TUNING: z.enum(['0', '1'], {
+    error: (i) => `SPILLWAY_NODE_TUNING must be 0 or 1 (got "${String(i.input)}")`,
+  }),
 });
+
+/** The server's variables (`spillway start`); the CLI's and bin's are read by their own loaders. */
+const serverSchema = schema.omit({ SPILLWAY_ADMIN_URL: true, SPILLWAY_NODE_TUNING: true });
+const cliSchema = schema.pick({ SPILLWAY_ADMIN_URL: true, SPILLWAY_ADMIN_TOKEN: true });
+const tuningSchema = schema.pick({ SPILLWAY_NODE_TUNING: true });
+
+/** Fills defaults, validates with `s` and throws one line naming the first bad variable. */
+function parseEnv<S extends z.ZodType>(env: NodeJS.ProcessEnv, s: S): z.output<S> {
+  const raw: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
+  raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
+  const parsed = s.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0] ?? '');
+    const msg = issue.message.startsWith(variable) ? issue.message : `${variable}: ${issue.message}`;
+    throw errors.config(msg);
+  }
+  return parsed.data;
+}
 
 /** The validated, frozen configuration. Durations are milliseconds. */
 export interface Config {
@@ -202,6 +241,8 @@ export interface Config {
   prefix: string;
   spillTopic: string;
   spillPartitions: number;
+  /** Spill topic replication factor; undefined = min(3, brokers). */
+  spillReplication: number | undefined;
   ingestBodyBudget: number;
   workerBodyBudget: number;
   groupCommitMs: number;
@@ -218,17 +259,7 @@ export interface Config {
  * one line naming the variable; `spillway start` prints it and exits 1.
  */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
-  const raw: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
-  raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const variable = String(issue.path[0] ?? '');
-    const msg = issue.message.startsWith(variable) ? issue.message : `${variable}: ${issue.message}`;
-    throw errors.config(msg);
-  }
-  const c = parsed.data;
+  const c = parseEnv(env, serverSchema);
   return Object.freeze({
     redis: Object.freeze(c.SPILLWAY_REDIS_URL),
     kafkaBrokers: Object.freeze(c.SPILLWAY_KAFKA_BROKERS) as string[],
@@ -245,12 +276,52 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     prefix: c.SPILLWAY_PREFIX,
     spillTopic: c.SPILLWAY_SPILL_TOPIC,
     spillPartitions: c.SPILLWAY_SPILL_PARTITIONS,
+    spillReplication: c.SPILLWAY_SPILL_REPLICATION,
     ingestBodyBudget: c.SPILLWAY_INGEST_BODY_BUDGET,
     workerBodyBudget: c.SPILLWAY_WORKER_BODY_BUDGET,
     groupCommitMs: c.SPILLWAY_GROUP_COMMIT,
     jobLockMs: c.SPILLWAY_JOB_LOCK,
     jobStalledIntervalMs: c.SPILLWAY_JOB_STALLED_INTERVAL,
     kafkaSessionTimeoutMs: c.SPILLWAY_KAFKA_SESSION_TIMEOUT,
+  });
+}
+
+/** What the operator CLI reads: the admin API's URL and token (nothing else is validated). */
+export interface CliConfig {
+  adminUrl: string;
+  adminToken: string | undefined;
+}
+
+export function loadCliConfig(env: NodeJS.ProcessEnv = process.env): Readonly<CliConfig> {
+  const c = parseEnv(env, cliSchema);
+  return Object.freeze({
+    adminUrl: c.SPILLWAY_ADMIN_URL,
+    adminToken: c.SPILLWAY_ADMIN_TOKEN,
+  });
+}
+
+/**
+ * What `bin/spillway.mjs` reads before it re-executes a worker process with memory flags
+ * (docs/operations.md, "Worker memory"): whether to tune, whether this process is the re-executed
+ * one, and the flags/arena setting the operator already gave (those win).
+ */
+export interface NodeTuning {
+  enabled: boolean;
+  /** Set in the environment of the re-executed process. */
+  readonly markerVariable: 'SPILLWAY_NODE_TUNED';
+  alreadyTuned: boolean;
+  nodeOptions: string;
+  mallocArenaMax: string | undefined;
+}
+
+export function loadNodeTuning(env: NodeJS.ProcessEnv = process.env): Readonly<NodeTuning> {
+  const c = parseEnv(env, tuningSchema);
+  return Object.freeze({
+    enabled: c.SPILLWAY_NODE_TUNING === '1',
+    markerVariable: 'SPILLWAY_NODE_TUNED',
+    alreadyTuned: env.SPILLWAY_NODE_TUNED !== undefined,
+    nodeOptions: env.NODE_OPTIONS ?? '',
+    mallocArenaMax: env.MALLOC_ARENA_MAX,
   });
 }
 

@@ -22,14 +22,14 @@ export interface Keys {
   /** Kafka consumer group of the spill drainer. */
   readonly drainGroup: string;
 
-  tenant(tid: string): string;
-  endpoints(tid: string): string;
-  dedup(tid: string, eventId: string): string;
-  event(tid: string, eventId: string): string;
-  dlq(tid: string): string;
-  rate(tid: string, name: string): string;
-  tenantKeys(tid: string): string;
-  tenantCounters(tid: string): string;
+  tenant(tenantId: string): string;
+  endpoints(tenantId: string): string;
+  dedup(tenantId: string, eventId: string): string;
+  event(tenantId: string, eventId: string): string;
+  dlq(tenantId: string): string;
+  rate(tenantId: string, name: string): string;
+  tenantKeys(tenantId: string): string;
+  tenantCounters(tenantId: string): string;
   /**
    * HASH sha256(api key) hex → `{"tenantId","id"}`: looks a presented tenant API key up without
    * knowing its tenant. Global (not hash-tagged) because the lookup starts from the key alone.
@@ -37,12 +37,12 @@ export interface Keys {
   readonly apiKeys: string;
 }
 
-export function tenantTag(tid: string): string {
-  return `{t:${tid}}`;
+export function tenantTag(tenantId: string): string {
+  return `{t:${tenantId}}`;
 }
 
 export function createKeys(prefix: string): Keys {
-  const t = (tid: string) => `${prefix}:${tenantTag(tid)}`;
+  const t = (tenantId: string) => `${prefix}:${tenantTag(tenantId)}`;
   return Object.freeze({
     prefix,
     tenants: `${prefix}:tenants`,
@@ -54,14 +54,14 @@ export function createKeys(prefix: string): Keys {
     intakeQueue: 'intake',
     retryQueue: 'retry',
     drainGroup: `${prefix}-drain`,
-    tenant: (tid: string) => `${t(tid)}:tenant`,
-    endpoints: (tid: string) => `${t(tid)}:endpoints`,
-    dedup: (tid: string, eid: string) => `${t(tid)}:dedup:${eid}`,
-    event: (tid: string, eid: string) => `${t(tid)}:ev:${eid}`,
-    dlq: (tid: string) => `${t(tid)}:dlq`,
-    rate: (tid: string, name: string) => `${t(tid)}:rate:${name}`,
-    tenantKeys: (tid: string) => `${t(tid)}:keys`,
-    tenantCounters: (tid: string) => `${t(tid)}:counters`,
+    tenant: (tenantId: string) => `${t(tenantId)}:tenant`,
+    endpoints: (tenantId: string) => `${t(tenantId)}:endpoints`,
+    dedup: (tenantId: string, eventId: string) => `${t(tenantId)}:dedup:${eventId}`,
+    event: (tenantId: string, eventId: string) => `${t(tenantId)}:ev:${eventId}`,
+    dlq: (tenantId: string) => `${t(tenantId)}:dlq`,
+    rate: (tenantId: string, name: string) => `${t(tenantId)}:rate:${name}`,
+    tenantKeys: (tenantId: string) => `${t(tenantId)}:keys`,
+    tenantCounters: (tenantId: string) => `${t(tenantId)}:counters`,
     apiKeys: `${prefix}:apikeys`,
   });
 }

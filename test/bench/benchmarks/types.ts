@@ -2,7 +2,11 @@ import type { BenchResult, BenchSpec } from '../lib/report.ts';
 
 export interface BenchContext {
   quick: boolean;
+  /** Rounds of the measured phase for benchmarks whose verdict can flip (see lib/spread.ts). */
+  rounds: number;
   log(msg: string): void;
+  /** Call before round `i` (1-based): prints the load average and warns when it is high. */
+  round(i: number): void;
 }
 
 export interface Benchmark extends BenchSpec {

@@ -32,8 +32,11 @@ export interface Goal {
 export interface BenchResult {
   name: string;
   title: string;
-  /** ok: everything measured; partial: peers measured, some Spillway piece missing; not-run. */
-  status: 'ok' | 'partial' | 'not-run';
+  /**
+   * ok: everything measured; partial: peers measured, some Spillway piece missing; not-run: it
+   * failed; skipped: this machine cannot run it (the one-line reason is the first note).
+   */
+  status: 'ok' | 'partial' | 'not-run' | 'skipped';
   quick: boolean;
   columns: Column[];
   rows: Row[];
@@ -67,6 +70,7 @@ const fmt = (v: number | string | undefined, digits = 0): string => {
 };
 
 export function tableLines(r: BenchResult): string[] {
+  if (r.columns.length === 0) return [];
   const headers = ['', ...r.columns.map((c) => c.header)];
   const body = r.rows.map((row) => [
     row.label,

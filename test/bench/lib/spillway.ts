@@ -6,6 +6,7 @@
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { ConfigStore } from '@spillway/router';
 import {
   createKeys,
   createRedis,
@@ -15,7 +16,6 @@ import {
   type Tenant,
 } from '@spillway/shared';
 import { Kafka, logLevel } from 'kafkajs';
-import { ConfigStore } from '../../../packages/router/src/store.ts';
 import { type Proc, run, sleep, until } from './procs.ts';
 
 export const SPILLWAY_BIN = fileURLToPath(
@@ -124,7 +124,15 @@ export class SpillwayCluster {
 
   /** Starts `spillway start --role <role>` as a child process and waits for its URLs. */
   async startRole(role: RoleName, extra: Record<string, string> = {}, timeoutMs = 45_000): Promise<RoleProc> {
-    const env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...this.env, ...extra };
+    const env: Record<string, string> = {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/root',
+      ...this.env,
+      ...extra,
+    };
+    // SPILLWAY_BENCH_PROFILE=<dir>: each role process writes a V8 CPU profile there when it stops.
+    const prof = process.env.SPILLWAY_BENCH_PROFILE;
+    if (prof) env.NODE_OPTIONS = `--cpu-prof --cpu-prof-dir=${prof}`;
     const proc = run(process.execPath, [SPILLWAY_BIN, 'start', '--role', role], env);
     const adminPort = Number(
       await until(
@@ -223,7 +231,7 @@ export async function postGithub(
  * benchmark measures that hop). Used to feed the delivery benchmarks.
  */
 export async function openIntake(c: SpillwayCluster) {
-  const { createIntake } = await import('../../../packages/router/src/intake.ts');
+  const { createIntake } = await import('@spillway/router');
   const { createLogger } = await import('@spillway/shared');
   const config = loadConfig(c.env);
   const intake = createIntake({
@@ -327,4 +335,10 @@ export async function openLoop(
 export function describeDeath(r: RoleProc): string {
   const tail = (r.proc.err() || r.proc.out()).trim().split('\n').slice(-4).join(' | ').slice(-600);
   return `${r.role} pid ${r.proc.pid} exited ${r.proc.child.exitCode ?? r.proc.child.signalCode}: ${tail}`;
+}
+
+/** Commands the Redis server has processed so far (INFO stats): deltas give Redis calls per delivery. */
+export async function redisCommands(c: SpillwayCluster): Promise<number> {
+  const info = String(await c.redis.info('stats'));
+  return Number(/total_commands_processed:(\d+)/.exec(info)?.[1] ?? Number.NaN);
 }

@@ -1,13 +1,13 @@
 import swagger from '@fastify/swagger';
-import { errors, isSpillwayError, requireAdminToken, type SpillwayError, VERSION } from '@spillway/shared';
+import { errors, requireAdminToken, type SpillwayError, toResponse, VERSION } from '@spillway/shared';
 import { Ajv } from 'ajv';
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
-import type { RoleContext, RoleHandle } from '../roles.ts';
-import { createRouterServices } from '../router-services.ts';
-import type { Runtime } from '../runtime.ts';
-import { ConfigStore } from '../store.ts';
+import { ConfigStore } from '../config/store.ts';
+import type { RoleContext, RoleHandle } from '../roles/roles.ts';
+import type { Runtime } from '../roles/runtime.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
 import { registerConsole } from './console/index.ts';
+import { createRouterServices } from './router-services.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
 
 declare module 'fastify' {
@@ -109,70 +109,36 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
   await registerConsole(api, rt, deps);
 }
 
+/** Every admin error answer comes from the shared catalog (`toResponse`); 5xx are logged with their stack. */
 function sendError(
   rt: Runtime,
   err: FastifyError | SpillwayError,
   reply: FastifyReply,
   url: string,
 ): FastifyReply {
-  if (isSpillwayError(err)) {
-    if (err.retryAfter !== undefined) reply.header('retry-after', String(err.retryAfter));
-    if (err.status >= 500) rt.logger.warn({ url, code: err.code, err: err.message }, 'admin request failed');
-    return reply.code(err.status).send({ error: { code: err.apiCode, message: err.message } });
-  }
+  const res = toResponse(fromValidation(err));
+  if (res.error.code === 'SPW_ERR_INTERNAL') rt.logger.error({ err, url }, 'admin request failed');
+  else if (res.status >= 500) rt.logger.warn({ err, url, code: res.error.code }, 'admin request failed');
+  return reply.code(res.status).headers(res.headers).send(res.body);
+}
+
+/** A request that failed schema validation: invalid_body for the body, invalid_request for params/query. */
+function fromValidation(err: FastifyError | SpillwayError): unknown {
   const fe = err as FastifyError;
-  if (isRedisDown(err)) {
-    // Storage is down, not the request wrong: say so the way the events API does (503 + Retry-After).
-    rt.logger.warn({ url, err: (err as Error).message }, 'admin request failed: Redis unavailable');
-    reply.header('retry-after', '1');
-    return reply
-      .code(503)
-      .send({ error: { code: 'unavailable', message: 'storage (Redis) is unavailable; retry shortly' } });
-  }
-  if (fe.validation) {
-    const where = fe.validationContext ?? 'body';
-    const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)
-      ?.additionalProperty;
-    const message = extra === undefined ? fe.message : `${fe.message} ("${extra}")`;
-    return reply
-      .code(400)
-      .send({ error: { code: where === 'body' ? 'invalid_body' : 'invalid_request', message } });
-  }
-  const status = fe.statusCode ?? 500;
-  if (status >= 400 && status < 500) {
-    const code =
-      FASTIFY_CODES[fe.code] ??
-      (status === 413 ? 'payload_too_large' : status === 415 ? 'unsupported_media_type' : 'bad_request');
-    return reply.code(status).send({ error: { code, message: fe.message } });
-  }
-  rt.logger.error({ err, url }, 'admin request failed');
-  return reply.code(500).send({ error: { code: 'internal', message: 'internal error' } });
+  if (!fe.validation) return err;
+  const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)?.additionalProperty;
+  const message = extra === undefined ? fe.message : `${fe.message} ("${extra}")`;
+  return (fe.validationContext ?? 'body') === 'body'
+    ? errors.invalidBody(message)
+    : errors.invalidRequest(message);
 }
-
-/** ioredis gives up on a command with these when the server is unreachable. */
-function isRedisDown(err: unknown): boolean {
-  const e = err as { name?: string; message?: string; code?: string };
-  return (
-    e.name === 'MaxRetriesPerRequestError' ||
-    e.code === 'ECONNREFUSED' ||
-    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ETIMEDOUT/.test(e.message ?? '')
-  );
-}
-
-const FASTIFY_CODES: Record<string, string> = {
-  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
-  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
-  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
-};
 
 interface OpenApiDoc {
   paths?: Record<string, unknown>;
   [k: string]: unknown;
 }
 
-/** /healthz, /readyz and /metrics are served by ../http.ts before this plugin exists; list them too. */
+/** /healthz, /readyz and /metrics are served by ../roles/http.ts before this plugin exists; list them too. */
 function addHealthPaths(doc: OpenApiDoc): OpenApiDoc {
   const open = { security: [] as unknown[], tags: ['health'] };
   const json = (description: string, properties: Record<string, unknown>) => ({

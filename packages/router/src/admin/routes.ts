@@ -3,6 +3,7 @@ import { generateSecret, rotateSecret } from '@spillway/delivery';
 import {
   type Endpoint,
   errors,
+  parseWhsec,
   type Rate,
   type Source,
   type SourceKind,
@@ -10,10 +11,10 @@ import {
 } from '@spillway/shared';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
-import type { RouterServices } from '../services.ts';
-import type { ConfigStore } from '../store.ts';
+import type { ConfigStore } from '../config/store.ts';
 import type { ApiKeys } from './auth.ts';
 import * as s from './schemas.ts';
+import type { RouterServices } from './services.ts';
 
 export interface AdminDeps {
   store: ConfigStore;
@@ -69,10 +70,11 @@ function checkCidrs(list: string[] | undefined): string[] | undefined {
 }
 
 function checkSourceSecret(kind: SourceKind, secret: string): void {
-  // Standard Webhooks keys are the base64 part of whsec_...; anything else could never verify.
+  // Standard Webhooks keys are the base64 part of whsec_... (parseWhsec, the verifier's rule too);
+  // anything else could never verify.
   if (kind === 'standard') {
-    const b64 = secret.startsWith('whsec_') ? secret.slice(6) : '';
-    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64) || Buffer.from(b64, 'base64').length < 16) {
+    const key = parseWhsec(secret);
+    if (!key || key.length < 16) {
       throw errors.invalidBody('body/secret for kind standard must be whsec_ + base64 of at least 16 bytes');
     }
   }

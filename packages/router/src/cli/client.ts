@@ -1,6 +1,6 @@
-/** The operator CLI's HTTP client for the admin API (SPILLWAY_ADMIN_URL, SPILLWAY_ADMIN_TOKEN). */
+import { loadCliConfig } from '@spillway/shared';
 
-export const DEFAULT_ADMIN_URL = 'http://127.0.0.1:8081';
+/** The operator CLI's HTTP client for the admin API (SPILLWAY_ADMIN_URL, SPILLWAY_ADMIN_TOKEN via shared config). */
 
 /** An error answer of the admin API, carrying its `{"error":{"code","message"}}`. */
 export class AdminApiError extends Error {
@@ -27,8 +27,9 @@ export class AdminClient {
   readonly #timeoutMs: number;
 
   constructor(opts: AdminClientOptions = {}) {
-    this.url = (opts.url ?? process.env.SPILLWAY_ADMIN_URL ?? DEFAULT_ADMIN_URL).replace(/\/+$/, '');
-    this.#token = opts.token ?? process.env.SPILLWAY_ADMIN_TOKEN;
+    const env = opts.url === undefined || opts.token === undefined ? loadCliConfig() : undefined;
+    this.url = (opts.url ?? env?.adminUrl ?? '').replace(/\/+$/, '');
+    this.#token = opts.token ?? env?.adminToken;
     this.#timeoutMs = opts.timeoutMs ?? 60_000;
   }
 

@@ -20,6 +20,89 @@ function ctx(cmd: Command): { client: AdminClient; json: boolean } {
   };
 }
 
+/**
+ * A subcommand that takes positional ids, makes one admin API call and prints its answer: JSON with
+ * --json, else `print` (a table, key/values or one line).
+ */
+function simple<R>(
+  parent: Command,
+  name: string,
+  args: string[],
+  run: (client: AdminClient, ids: string[]) => Promise<R>,
+  print: (r: R, ids: string[]) => void,
+  description?: string,
+): Command {
+  const c = parent.command(name);
+  for (const a of args) c.argument(`<${a}>`);
+  if (description) c.description(description);
+  return c.action(async (...params: unknown[]) => {
+    const ids = params.slice(0, args.length) as string[];
+    const { client, json } = ctx(params.at(-1) as Command);
+    const r = await run(client, ids);
+    json ? printJson(r) : print(r, ids);
+  });
+}
+
+/** `/v1/tenants/<tenantId>[/<collection>/<id>...]`, every id URL-escaped. */
+const tenantPath = (tenantId: string, ...rest: string[]) =>
+  `/v1/tenants/${seg(tenantId)}${rest.map((part, i) => `/${i % 2 ? seg(part) : part}`).join('')}`;
+
+/** `<group> list <tid>`: one of a tenant's collections as a table. */
+const listCommand = (parent: Command, collection: string, cols: string[], row: (r: Row) => Row = (r) => r) =>
+  simple(
+    parent,
+    'list',
+    ['tid'],
+    (client, [tid]) => client.get<{ data: Row[] }>(tenantPath(tid!, collection)),
+    (r) => printTable(r.data.map(row), cols),
+  );
+
+/** `<group> get <tid> <id>`: one item of a tenant's collection. */
+const getCommand = (parent: Command, collection: string, idArg: string, show: (r: Row) => void) =>
+  simple(
+    parent,
+    'get',
+    ['tid', idArg],
+    (client, [tid, id]) => client.get<Row>(tenantPath(tid!, collection, id!)),
+    show,
+  );
+
+/** `delete`: prints `deleted <what> <id>` (JSON `{id, deleted: true}`). */
+function deleteCommand(parent: Command, what: string, args: string[], verb = 'delete'): Command {
+  const done = verb === 'delete' ? 'deleted' : `${verb}d`;
+  return simple(
+    parent,
+    verb,
+    args,
+    async (client, ids) => {
+      await client.delete(what === 'tenant' ? tenantPath(ids[0]!) : tenantPath(ids[0]!, `${what}s`, ids[1]!));
+      return { id: ids.at(-1)!, [done]: true };
+    },
+    (r) => process.stdout.write(`${done} ${what === 'key' ? '' : `${what} `}${r.id}\n`),
+  );
+}
+
+/** `pause` / `resume` of a tenant or an endpoint: prints `<what> <id> <status>`. */
+function pauseResumeCommands(parent: Command, what: 'tenant' | 'endpoint', args: string[]): void {
+  for (const action of ['pause', 'resume'] as const) {
+    simple(
+      parent,
+      action,
+      args,
+      (client, ids) =>
+        client.post<{ id: string; status: string }>(
+          what === 'tenant' ? tenantPath(ids[0]!, action) : tenantPath(ids[0]!, 'endpoints', ids[1]!, action),
+        ),
+      (r) => process.stdout.write(`${what} ${r.id} ${r.status}\n`),
+      what === 'endpoint'
+        ? undefined
+        : action === 'pause'
+          ? 'stop deliveries (events are still accepted and kept)'
+          : 'deliver again, backlog first',
+    );
+  }
+}
+
 const int = (name: string) => (v: string) => {
   if (!/^\d+$/.test(v)) throw new Error(`${name} must be a whole number (got "${v}")`);
   return Number(v);
@@ -35,13 +118,29 @@ const csv = (v: string) =>
     .map((s) => s.trim())
     .filter(Boolean);
 
-function rateOf(o: {
+interface RateOpts {
   ratePerSecond?: number;
   rateBurst?: number;
-}): { perSecond: number; burst: number } | undefined {
+}
+
+function rateOf(o: RateOpts): { perSecond: number; burst: number } | undefined {
   if (o.ratePerSecond === undefined && o.rateBurst === undefined) return undefined;
   if (o.ratePerSecond === undefined) throw new Error('--rate-burst needs --rate-per-second');
   return { perSecond: o.ratePerSecond, burst: o.rateBurst ?? Math.max(1, Math.ceil(o.ratePerSecond)) };
+}
+
+/** `--rate-per-second` and `--rate-burst` (`what`: delivery or ingest). */
+const withRate = (cmd: Command, what: string): Command =>
+  cmd
+    .option('--rate-per-second <n>', `${what} rate limit`, num('--rate-per-second'))
+    .option('--rate-burst <n>', `${what} rate burst`, int('--rate-burst'));
+
+/** A request body of the options that were given, plus `rate` when one was. */
+function bodyOf(o: RateOpts & object): Record<string, unknown> {
+  const { ratePerSecond: _p, rateBurst: _b, ...rest } = o;
+  const body: Record<string, unknown> = { ...rest, rate: rateOf(o) };
+  for (const [k, v] of Object.entries(body)) if (v === undefined || v === '') delete body[k];
+  return body;
 }
 
 const TENANT_COLS = ['id', 'status', 'maxInFlight', 'concurrency', 'rate', 'createdAt'];
@@ -82,75 +181,44 @@ export function registerOperatorCommands(program: Command): void {
 
   // --- tenants -------------------------------------------------------------------------------
   const tenants = program.command('tenants').description('manage tenants');
-  tenants
-    .command('list')
-    .description('list tenants')
-    .action(async (_o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const r = await client.get<{ data: Row[] }>('/v1/tenants');
-      json ? printJson(r) : printTable(r.data.map(tenantRow), TENANT_COLS);
-    });
-  tenants
-    .command('create')
-    .description('create a tenant')
-    .argument('[id]', 'tenant id (generated when absent)')
-    .option('--max-in-flight <n>', 'credits held in a worker at once', int('--max-in-flight'))
-    .option('--concurrency <n>', 'concurrent deliveries per worker', int('--concurrency'))
-    .option('--rate-per-second <n>', 'delivery rate limit', num('--rate-per-second'))
-    .option('--rate-burst <n>', 'delivery rate burst', int('--rate-burst'))
-    .action(
-      async (
-        id: string | undefined,
-        o: { maxInFlight?: number; concurrency?: number; ratePerSecond?: number; rateBurst?: number },
-        cmd: Command,
-      ) => {
-        const { client, json } = ctx(cmd);
-        const rate = rateOf(o);
-        const limits = {
-          ...(o.maxInFlight === undefined ? {} : { maxInFlight: o.maxInFlight }),
-          ...(o.concurrency === undefined ? {} : { concurrency: o.concurrency }),
-          ...(rate ? { rate } : {}),
-        };
-        const t = await client.post<Row>('/v1/tenants', {
-          ...(id ? { id } : {}),
-          ...(Object.keys(limits).length ? { limits } : {}),
-        });
-        json ? printJson(t) : printKv(tenantRow(t));
-      },
-    );
-  tenants
-    .command('get')
-    .argument('<tid>')
-    .description('show one tenant')
-    .action(async (tid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const t = await client.get<Row>(`/v1/tenants/${seg(tid)}`);
-      json ? printJson(t) : printKv(tenantRow(t));
-    });
-  tenants
-    .command('delete')
-    .argument('<tid>')
-    .description('delete a tenant with its endpoints, sources and API keys')
-    .action(async (tid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      await client.delete(`/v1/tenants/${seg(tid)}`);
-      json ? printJson({ id: tid, deleted: true }) : process.stdout.write(`deleted tenant ${tid}\n`);
-    });
-  for (const action of ['pause', 'resume'] as const) {
+  simple(
+    tenants,
+    'list',
+    [],
+    (client) => client.get<{ data: Row[] }>('/v1/tenants'),
+    (r) => printTable(r.data.map(tenantRow), TENANT_COLS),
+    'list tenants',
+  );
+  withRate(
     tenants
-      .command(action)
-      .argument('<tid>')
-      .description(
-        action === 'pause'
-          ? 'stop deliveries (events are still accepted and kept)'
-          : 'deliver again, backlog first',
-      )
-      .action(async (tid: string, _o, cmd: Command) => {
-        const { client, json } = ctx(cmd);
-        const r = await client.post<{ id: string; status: string }>(`/v1/tenants/${seg(tid)}/${action}`);
-        json ? printJson(r) : process.stdout.write(`tenant ${r.id} ${r.status}\n`);
-      });
-  }
+      .command('create')
+      .description('create a tenant')
+      .argument('[id]', 'tenant id (generated when absent)')
+      .option('--max-in-flight <n>', 'credits held in a worker at once', int('--max-in-flight'))
+      .option('--concurrency <n>', 'concurrent deliveries per worker', int('--concurrency')),
+    'delivery',
+  ).action(
+    async (id: string | undefined, o: RateOpts & { maxInFlight?: number; concurrency?: number }, cmd) => {
+      const { client, json } = ctx(cmd);
+      const limits = bodyOf(o);
+      const body: RateOpts & { id?: string; limits?: object } = { id };
+      if (Object.keys(limits).length) body.limits = limits;
+      const t = await client.post<Row>('/v1/tenants', bodyOf(body));
+      json ? printJson(t) : printKv(tenantRow(t));
+    },
+  );
+  simple(
+    tenants,
+    'get',
+    ['tid'],
+    (client, [tid]) => client.get<Row>(tenantPath(tid!)),
+    (t) => printKv(tenantRow(t)),
+    'show one tenant',
+  );
+  deleteCommand(tenants, 'tenant', ['tid']).description(
+    'delete a tenant with its endpoints, sources and API keys',
+  );
+  pauseResumeCommands(tenants, 'tenant', ['tid']);
   tenants
     .command('inspect')
     .argument('<tid>')
@@ -236,169 +304,73 @@ export function registerOperatorCommands(program: Command): void {
       const k = await client.post<Row>(`/v1/tenants/${seg(tid)}/keys`, o.name ? { name: o.name } : {});
       json ? printJson(k) : printKv(k);
     });
-  keys
-    .command('list')
-    .argument('<tid>')
-    .action(async (tid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const r = await client.get<{ data: Row[] }>(`/v1/tenants/${seg(tid)}/keys`);
-      json ? printJson(r) : printTable(r.data, ['id', 'name', 'createdAt']);
-    });
-  keys
-    .command('revoke')
-    .argument('<tid>')
-    .argument('<keyId>')
-    .action(async (tid: string, kid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      await client.delete(`/v1/tenants/${seg(tid)}/keys/${seg(kid)}`);
-      json ? printJson({ id: kid, revoked: true }) : process.stdout.write(`revoked ${kid}\n`);
-    });
+  listCommand(keys, 'keys', ['id', 'name', 'createdAt']);
+  deleteCommand(keys, 'key', ['tid', 'keyId'], 'revoke');
 
   // --- endpoints -----------------------------------------------------------------------------
   const endpoints = program.command('endpoints').description("manage a tenant's delivery endpoints");
-  endpoints
-    .command('list')
-    .argument('<tid>')
-    .action(async (tid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const r = await client.get<{ data: Row[] }>(`/v1/tenants/${seg(tid)}/endpoints`);
-      json ? printJson(r) : printTable(r.data.map(endpointRow), ['tenantId', ...ENDPOINT_COLS]);
-    });
-  endpoints
-    .command('create')
-    .argument('<tid>')
-    .argument('<url>', 'http(s) URL receiving the webhooks')
-    .option('--id <id>', 'endpoint id (generated when absent)')
-    .option('--event-types <list>', 'comma-separated: *, order.*, order.created', csv)
-    .option('--secret <whsec>', 'signing secret (generated when absent)')
-    .option('--timeout-ms <n>', 'delivery timeout', int('--timeout-ms'))
-    .option('--rate-per-second <n>', 'delivery rate limit', num('--rate-per-second'))
-    .option('--rate-burst <n>', 'delivery rate burst', int('--rate-burst'))
-    .description('create an endpoint (prints its secret)')
-    .action(
-      async (
-        tid: string,
-        url: string,
-        o: {
-          id?: string;
-          eventTypes?: string[];
-          secret?: string;
-          timeoutMs?: number;
-          ratePerSecond?: number;
-          rateBurst?: number;
-        },
-        cmd: Command,
-      ) => {
-        const { client, json } = ctx(cmd);
-        const rate = rateOf(o);
-        const e = await client.post<Row>(`/v1/tenants/${seg(tid)}/endpoints`, {
-          url,
-          ...(o.id ? { id: o.id } : {}),
-          ...(o.eventTypes ? { eventTypes: o.eventTypes } : {}),
-          ...(o.secret ? { secret: o.secret } : {}),
-          ...(o.timeoutMs === undefined ? {} : { timeoutMs: o.timeoutMs }),
-          ...(rate ? { rate } : {}),
-        });
-        json ? printJson(e) : printKv({ ...endpointRow(e), secret: e.secret });
-      },
-    );
-  endpoints
-    .command('get')
-    .argument('<tid>')
-    .argument('<eid>')
-    .action(async (tid: string, eid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const e = await client.get<Row>(`/v1/tenants/${seg(tid)}/endpoints/${seg(eid)}`);
-      json ? printJson(e) : printKv({ ...endpointRow(e), secret: e.secret, createdAt: e.createdAt });
-    });
-  endpoints
-    .command('delete')
-    .argument('<tid>')
-    .argument('<eid>')
-    .action(async (tid: string, eid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      await client.delete(`/v1/tenants/${seg(tid)}/endpoints/${seg(eid)}`);
-      json ? printJson({ id: eid, deleted: true }) : process.stdout.write(`deleted endpoint ${eid}\n`);
-    });
-  for (const action of ['pause', 'resume'] as const) {
+  listCommand(endpoints, 'endpoints', ['tenantId', ...ENDPOINT_COLS], endpointRow);
+  withRate(
     endpoints
-      .command(action)
+      .command('create')
       .argument('<tid>')
-      .argument('<eid>')
-      .action(async (tid: string, eid: string, _o, cmd: Command) => {
-        const { client, json } = ctx(cmd);
-        const r = await client.post<{ id: string; status: string }>(
-          `/v1/tenants/${seg(tid)}/endpoints/${seg(eid)}/${action}`,
-        );
-        json ? printJson(r) : process.stdout.write(`endpoint ${r.id} ${r.status}\n`);
-      });
-  }
+      .argument('<url>', 'http(s) URL receiving the webhooks')
+      .option('--id <id>', 'endpoint id (generated when absent)')
+      .option('--event-types <list>', 'comma-separated: *, order.*, order.created', csv)
+      .option('--secret <whsec>', 'signing secret (generated when absent)')
+      .option('--timeout-ms <n>', 'delivery timeout', int('--timeout-ms'))
+      .description('create an endpoint (prints its secret)'),
+    'delivery',
+  ).action(
+    async (
+      tid: string,
+      url: string,
+      o: RateOpts & { id?: string; eventTypes?: string[]; secret?: string; timeoutMs?: number },
+      cmd: Command,
+    ) => {
+      const { client, json } = ctx(cmd);
+      const e = await client.post<Row>(tenantPath(tid, 'endpoints'), { url, ...bodyOf(o) });
+      json ? printJson(e) : printKv({ ...endpointRow(e), secret: e.secret });
+    },
+  );
+  getCommand(endpoints, 'endpoints', 'eid', (e) =>
+    printKv({ ...endpointRow(e), secret: e.secret, createdAt: e.createdAt }),
+  );
+  deleteCommand(endpoints, 'endpoint', ['tid', 'eid']);
+  pauseResumeCommands(endpoints, 'endpoint', ['tid', 'eid']);
 
   // --- sources -------------------------------------------------------------------------------
   const sources = program.command('sources').description("manage a tenant's incoming provider webhooks");
-  sources
-    .command('list')
-    .argument('<tid>')
-    .action(async (tid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const r = await client.get<{ data: Row[] }>(`/v1/tenants/${seg(tid)}/sources`);
-      json ? printJson(r) : printTable(r.data.map(sourceRow), SOURCE_COLS);
-    });
-  sources
-    .command('create')
-    .argument('<tid>')
-    .requiredOption('--kind <kind>', 'github, stripe, shopify or standard')
-    .requiredOption('--secret <secret>', "the provider's signing secret")
-    .option('--id <id>', 'source id (generated when absent)')
-    .option('--allow-cidrs <list>', 'comma-separated CIDRs allowed to post', csv)
-    .option('--max-body-bytes <n>', 'largest body accepted', int('--max-body-bytes'))
-    .option('--rate-per-second <n>', 'ingest rate limit', num('--rate-per-second'))
-    .option('--rate-burst <n>', 'ingest rate burst', int('--rate-burst'))
-    .action(
-      async (
-        tid: string,
-        o: {
-          kind: string;
-          secret: string;
-          id?: string;
-          allowCidrs?: string[];
-          maxBodyBytes?: number;
-          ratePerSecond?: number;
-          rateBurst?: number;
-        },
-        cmd: Command,
-      ) => {
-        const { client, json } = ctx(cmd);
-        const rate = rateOf(o);
-        const s = await client.post<Row>(`/v1/tenants/${seg(tid)}/sources`, {
-          kind: o.kind,
-          secret: o.secret,
-          ...(o.id ? { id: o.id } : {}),
-          ...(o.allowCidrs ? { allowCidrs: o.allowCidrs } : {}),
-          ...(o.maxBodyBytes === undefined ? {} : { maxBodyBytes: o.maxBodyBytes }),
-          ...(rate ? { rate } : {}),
-        });
-        json ? printJson(s) : printKv(sourceRow(s));
+  listCommand(sources, 'sources', SOURCE_COLS, sourceRow);
+  withRate(
+    sources
+      .command('create')
+      .argument('<tid>')
+      .requiredOption('--kind <kind>', 'github, stripe, shopify or standard')
+      .requiredOption('--secret <secret>', "the provider's signing secret")
+      .option('--id <id>', 'source id (generated when absent)')
+      .option('--allow-cidrs <list>', 'comma-separated CIDRs allowed to post', csv)
+      .option('--max-body-bytes <n>', 'largest body accepted', int('--max-body-bytes')),
+    'ingest',
+  ).action(
+    async (
+      tid: string,
+      o: RateOpts & {
+        kind: string;
+        secret: string;
+        id?: string;
+        allowCidrs?: string[];
+        maxBodyBytes?: number;
       },
-    );
-  sources
-    .command('get')
-    .argument('<tid>')
-    .argument('<sid>')
-    .action(async (tid: string, sid: string, _o, cmd: Command) => {
+      cmd: Command,
+    ) => {
       const { client, json } = ctx(cmd);
-      const s = await client.get<Row>(`/v1/tenants/${seg(tid)}/sources/${seg(sid)}`);
-      json ? printJson(s) : printKv(sourceRow(s));
-    });
-  sources
-    .command('delete')
-    .argument('<tid>')
-    .argument('<sid>')
-    .action(async (tid: string, sid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      await client.delete(`/v1/tenants/${seg(tid)}/sources/${seg(sid)}`);
-      json ? printJson({ id: sid, deleted: true }) : process.stdout.write(`deleted source ${sid}\n`);
-    });
+      const src = await client.post<Row>(tenantPath(tid, 'sources'), bodyOf(o));
+      json ? printJson(src) : printKv(sourceRow(src));
+    },
+  );
+  getCommand(sources, 'sources', 'sid', (src) => printKv(sourceRow(src)));
+  deleteCommand(sources, 'source', ['tid', 'sid']);
 
   // --- events --------------------------------------------------------------------------------
   const events = program.command('events').description('send an event, or see where one went');
@@ -423,17 +395,10 @@ export function registerOperatorCommands(program: Command): void {
       });
       json ? printJson(r) : process.stdout.write(`${r.duplicate ? 'duplicate' : 'accepted'} ${r.id}\n`);
     });
-  events
-    .command('get')
-    .argument('<tid>')
-    .argument('<eventId>')
-    .action(async (tid: string, eid: string, _o, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const e = await client.get<Row>(`/v1/tenants/${seg(tid)}/events/${seg(eid)}`);
-      if (json) return printJson(e);
-      printKv({ id: e.id, type: e.type, receivedAt: e.receivedAt });
-      printTable(e.deliveries as Row[], ['endpointId', 'status', 'attempts', 'lastStatus', 'lastError']);
-    });
+  getCommand(events, 'events', 'eventId', (e) => {
+    printKv({ id: e.id, type: e.type, receivedAt: e.receivedAt });
+    printTable(e.deliveries as Row[], ['endpointId', 'status', 'attempts', 'lastStatus', 'lastError']);
+  });
 
   // --- dead letters --------------------------------------------------------------------------
   const dlq = program.command('dlq').description("a tenant's dead letters");

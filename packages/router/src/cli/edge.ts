@@ -8,6 +8,7 @@ import {
   loadAllowRanges,
   setEdgeMode,
 } from '@spillway/ingest';
+import { loadConfig } from '@spillway/shared';
 import { Argument, type Command, Option } from 'commander';
 
 type Result = { available: boolean; reason?: string };
@@ -40,12 +41,35 @@ function scoped(cmd: Command): Command {
 
 const scope = (o: ScopeOpts): ScopeOpts => ({ pinRoot: o.pinRoot, netns: o.netns });
 
+interface AttachOpts {
+  dev: string[];
+  port?: string;
+  mode?: EdgeMode;
+  xdpMode: 'auto' | 'skb' | 'native';
+  trace: boolean;
+}
+
+/**
+ * One loader call per command: `run(positionals, options)` and print its `status` or `out` as
+ * JSON (or the reason it is unavailable, exit 1). Every command takes --pin-root and --netns.
+ */
+function edgeCommand<O extends ScopeOpts>(
+  cmd: Command,
+  run: (args: string[], o: O) => Promise<Result & { status?: unknown; out?: unknown }>,
+): void {
+  scoped(cmd).action(async (...params: unknown[]) => {
+    const args = params.slice(0, -2) as string[];
+    const r = await run(args, params.at(-2) as O);
+    finish(r, r.available ? (r.status ?? r.out) : null);
+  });
+}
+
 /** `spillway edge attach|detach|status|mode|allow|steer`: the kernel edge (docs/edge.md). Needs root. */
 export function registerEdgeCommands(program: Command): void {
   const edge = program
     .command('edge')
     .description('kernel edge: XDP allowlist, drop tracer, reuseport steering (root)');
-  scoped(
+  edgeCommand(
     edge
       .command('attach')
       .description('load and attach XDP on the given interfaces, and the drop tracer')
@@ -56,62 +80,46 @@ export function registerEdgeCommands(program: Command): void {
         new Option('--xdp-mode <m>', 'XDP attach mode').choices(['auto', 'skb', 'native']).default('auto'),
       )
       .option('--no-trace', 'do not attach the drop tracer'),
-  ).action(
-    async (
-      o: ScopeOpts & {
-        dev: string[];
-        port?: string;
-        mode?: EdgeMode;
-        xdpMode: 'auto' | 'skb' | 'native';
-        trace: boolean;
-      },
-    ) => {
-      const r = await attachEdge({
+    (_args, o: ScopeOpts & AttachOpts) =>
+      attachEdge({
         devices: o.dev,
-        port: o.port ? Number(o.port) : undefined,
+        // Without --port: the ingest port the server is configured with (shared config, validated).
+        port: o.port ? Number(o.port) : loadConfig().ingestPort,
         mode: o.mode,
         xdpMode: o.xdpMode,
         trace: o.trace,
         ...scope(o),
-      });
-      finish(r, r.available ? r.status : null);
-    },
+      }),
   );
-  scoped(
+  edgeCommand(
     edge
       .command('detach')
       .description('detach XDP (given interfaces, or everything incl. the tracer)')
       .option('--dev <iface>', 'interface (repeatable)', collect, [] as string[])
       .option('--purge', 'also remove the pinned maps (counters, ranges)'),
-  ).action(async (o: ScopeOpts & { dev: string[]; purge?: boolean }) => {
-    const r = await detachEdge({ devices: o.dev, purge: o.purge, ...scope(o) });
-    finish(r, r.available ? r.out : null);
-  });
-  scoped(
+    (_args, o: ScopeOpts & { dev: string[]; purge?: boolean }) =>
+      detachEdge({ devices: o.dev, purge: o.purge, ...scope(o) }),
+  );
+  edgeCommand(
     edge.command('status').description('attachments, mode, verdict counters, kernel drops, steering'),
-  ).action(async (o: ScopeOpts) => {
-    const r = await edgeStatus(scope(o));
-    finish(r, r.available ? r.status : null);
-  });
-  scoped(
+    (_args, o: ScopeOpts) => edgeStatus(scope(o)),
+  );
+  edgeCommand(
     edge
       .command('mode')
       .description('set the XDP verdict mode')
       .addArgument(new Argument('<mode>', 'verdict mode').choices(['off', 'monitor', 'enforce'])),
-  ).action(async (mode: EdgeMode, o: ScopeOpts) => {
-    const r = await setEdgeMode(mode, scope(o));
-    finish(r, r.available ? r.out : null);
-  });
-  scoped(
+    ([mode], o: ScopeOpts) => setEdgeMode(mode as EdgeMode, scope(o)),
+  );
+  edgeCommand(
     edge
       .command('allow')
       .description('load provider ranges (GitHub meta JSON, Stripe JSON, CIDR lines); atomic swap')
       .requiredOption('--file <path>', 'ranges file (repeatable)', collect, [] as string[])
       .option('--block <path>', 'blocklist file (repeatable)', collect, [] as string[]),
-  ).action(async (o: ScopeOpts & { file: string[]; block: string[] }) => {
-    const r = await loadAllowRanges(o.file, { blockFiles: o.block, ...scope(o) });
-    finish(r, r.available ? r.out : null);
-  });
+    (_args, o: ScopeOpts & { file: string[]; block: string[] }) =>
+      loadAllowRanges(o.file, { blockFiles: o.block, ...scope(o) }),
+  );
   scoped(
     edge
       .command('steer')

@@ -1,6 +1,6 @@
 import { isSpillwayError, VERSION } from '@spillway/shared';
 import { Command, Option } from 'commander';
-import { ROLES, type Role, start } from '../start.ts';
+import { ROLES, type Role, start } from '../roles/start.ts';
 import { registerOperatorCommands } from './commands.ts';
 import { registerEdgeCommands } from './edge.ts';
 

@@ -1,13 +1,11 @@
-import { readFileSync } from 'node:fs';
-import type { RedisClient } from '@spillway/shared';
+import { defineCommands, type RedisClient } from '@spillway/shared';
 
 /**
- * Loads the router's Lua scripts (commands/<name>-<numkeys>.lua) onto a connection as ioredis
- * custom commands. Numeric results become errors in exactly one place: the caller of each command.
- * `<name>-n.lua` takes a variable number of keys: the caller passes the count first
- * (`dedupReserve(keys.length, ...keys, ...argv)`); every key of one call shares one tenant's hash tag.
+ * The router's Lua scripts (this folder, named by the `<name>-<numkeys>.lua` rule of
+ * `defineCommands` in @spillway/shared). Numeric results become errors in exactly one place: the
+ * caller of each command.
  */
-const SCRIPTS = ['dedup-release-1', 'dlq-remove-1', 'dedup-reserve-n', 'events-accept-n'] as const;
+const SCRIPTS = ['dedup-release-1', 'dlq-remove-1', 'dedup-reserve-1n', 'events-accept-2n'] as const;
 
 export interface RouterCommands {
   dedupRelease(key: string, marker: string): Promise<number>;
@@ -21,22 +19,10 @@ export type PipeCommands = {
   [K in keyof RouterCommands]: (...args: Parameters<RouterCommands[K]>) => unknown;
 };
 
-const camel = (name: string) =>
-  name.replace(/-(\d+|n)$/, '').replace(/-(\w)/g, (_m, c: string) => c.toUpperCase());
-
 const loaded = new WeakSet<object>();
 
 export function withCommands(redis: RedisClient): RedisClient & RouterCommands {
-  const r = redis as RedisClient & Partial<RouterCommands>;
-  if (loaded.has(r)) return r as RedisClient & RouterCommands;
-  loaded.add(r);
-  for (const file of SCRIPTS) {
-    const name = camel(file);
-    if ((r as unknown as Record<string, unknown>)[name]) continue;
-    const n = /-(\d+|n)$/.exec(file)![1]!;
-    const lua = readFileSync(new URL(`./${file}.lua`, import.meta.url), 'utf8');
-    if (n === 'n') r.defineCommand(name, { lua });
-    else r.defineCommand(name, { numberOfKeys: Number(n), lua });
-  }
-  return r as RedisClient & RouterCommands;
+  if (loaded.has(redis)) return redis as RedisClient & RouterCommands;
+  loaded.add(redis);
+  return defineCommands<RouterCommands>(redis, new URL('./', import.meta.url), SCRIPTS);
 }

@@ -1,9 +1,10 @@
-import type { Logger } from '@spillway/shared';
+import { type Logger, retryForever, sleep } from '@spillway/shared';
 import type { Admin, Consumer, EachBatchPayload, Kafka } from 'kafkajs';
-import type { TenantCounters } from '../counters.ts';
-import type { Engine } from '../engine.ts';
-import { type DeliveryTask, taskFromWire, type WireTask } from '../fanout.ts';
 import { spillAdmittedTotal, spillLookaheadRecords, spillReappendedTotal } from '../metrics.ts';
+import type { TenantCounters } from '../records/counters.ts';
+import type { Engine } from '../worker/engine.ts';
+import { type DeliveryTask, taskFromWire, type WireTask } from '../worker/fanout.ts';
+import type { Owner } from '../worker/lanes.ts';
 import type { SpillProducer } from './producer.ts';
 
 /**
@@ -11,6 +12,13 @@ import type { SpillProducer } from './producer.ts';
  * waits this long for credits/resume before re-appending them (the head-of-line bound for others).
  */
 const BLOCKED_WAIT_MS = 1000;
+/**
+ * Each further re-append of a partition's head that made no progress for anyone doubles that
+ * wait, up to this (reset by any progress): a deep blocked backlog — a paused tenant, a flood into
+ * a hanging endpoint — is cycled through Kafka at a bounded rate instead of one look-ahead per
+ * second for as long as it lasts.
+ */
+const MAX_BLOCKED_WAIT_MS = 8000;
 /**
  * The same batch with nothing behind it (it reaches the partition's end) waits this long instead:
  * re-appending would only cycle a paused backlog through Kafka for nobody's benefit. It still wakes
@@ -26,7 +34,8 @@ const LOOKAHEAD_BYTES = 256 * 1024;
 
 type State = 'new' | 'running' | 'done';
 
-interface Entry {
+/** One record of the look-ahead; it is the task's Owner while the task is in memory. */
+interface Entry extends Owner {
   offset: string;
   task: DeliveryTask | undefined;
   state: State;
@@ -67,6 +76,8 @@ export class Drainer {
   #admin: Promise<Admin> | undefined;
   /** Latest offsets of the topic (partition → high watermark), shared by the partitions waiting at their end. */
   #latest: { at: number; offsets: Promise<Map<number, bigint>> } | undefined;
+  /** Per partition: how long a blocked head waits before it is re-appended (see MAX_BLOCKED_WAIT_MS). */
+  readonly #blockedWait = new Map<number, number>();
   /** Tasks re-appended to the tail (for stats/tests). */
   reappended = 0;
   admitted = 0;
@@ -87,10 +98,7 @@ export class Drainer {
     });
     this.#consumer = consumer;
     consumer.on(consumer.events.CRASH, (e) => {
-      this.#o.logger.warn(
-        { err: (e.payload.error as Error)?.message, restart: e.payload.restart },
-        'drainer consumer crashed',
-      );
+      this.#o.logger.warn({ err: e.payload.error, restart: e.payload.restart }, 'drainer consumer crashed');
       // kafkajs restarts by itself when `restart` is true; otherwise start over with a fresh consumer.
       if (!e.payload.restart && !this.#stopping) {
         setTimeout(() => {
@@ -99,7 +107,7 @@ export class Drainer {
             .disconnect()
             .catch(() => {})
             .then(() => this.start())
-            .catch((err) => this.#o.logger.error({ err: (err as Error).message }, 'drainer restart failed'));
+            .catch((err: unknown) => this.#o.logger.error({ err }, 'drainer restart failed'));
         }, 1000);
       }
     });
@@ -130,7 +138,16 @@ export class Drainer {
       } catch {
         logger.error({ partition: batch.partition, offset: m.offset }, 'unreadable spill record skipped');
       }
-      return { offset: m.offset, task, state: task ? 'new' : 'done' };
+      const e: Entry = {
+        offset: m.offset,
+        task,
+        state: task ? 'new' : 'done',
+        settle: () => {
+          e.state = 'done';
+          wake();
+        },
+      };
+      return e;
     });
     const started = Date.now();
     // kafkajs's highWatermark is the partition's next offset when the batch was fetched.
@@ -140,49 +157,48 @@ export class Drainer {
     spillLookaheadRecords.inc(entries.length);
     let unresolved = entries.length;
     let progressed = false;
+    const blockedWait = this.#blockedWait.get(batch.partition) ?? BLOCKED_WAIT_MS;
     let idx = 0;
     let wake: () => void = () => {};
     const unsub = engine.onWake(() => wake());
     try {
       // Config of every tenant in the look-ahead, so admission decisions are synchronous.
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await Promise.all(
-            [...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))].map((t) =>
-              engine.view(t),
-            ),
-          );
-          break;
-        } catch (err) {
-          if (!isRunning() || isStale() || this.#stopping) return;
-          logger.warn({ err: (err as Error).message, attempt }, 'drainer cannot load tenant config; waiting');
+      const tenants = [...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))];
+      const loaded = await retryForever(
+        async () => {
+          await Promise.all(tenants.map((t) => engine.view(t)));
+        },
+        async (err, attempt) => {
+          if (!isRunning() || isStale() || this.#stopping) return false;
+          logger.warn({ err, attempt }, 'drainer cannot load tenant config; waiting');
           await heartbeat().catch(() => {});
-          await sleep(Math.min(200 * 2 ** Math.min(attempt, 4), 3000));
-        }
-      }
+        },
+      );
+      if (!loaded) return;
       for (;;) {
         // Stopping or revoked: admit nothing more, but let admitted tasks finish so their offsets
         // resolve and a graceful leave causes no duplicates (kafkajs waits for this batch).
         const leaving = !isRunning() || isStale() || this.#stopping;
         if (leaving && !entries.some((e) => e.state === 'running')) break;
+        // One refusal per tenant per pass: the rest of a blocked tenant's records are skipped
+        // without asking again (a flood's look-ahead must not cost a call per record per wake).
+        const refused = new Set<string>();
         for (const e of leaving ? [] : entries) {
           if (e.state !== 'new') continue;
-          const a = engine.tryAdmit(e.task!);
-          if (a === 'blocked') continue;
-          progressed = true;
-          // In memory (or gone) now: no longer part of the tenant's backlog in Kafka.
-          this.#o.counters.add(e.task!.tenantId, 'spilled', -1);
-          if (a === 'drop') {
-            e.state = 'done';
+          const tid = e.task!.tenantId;
+          if (refused.has(tid)) continue;
+          e.state = 'running';
+          const a = engine.tryAdmit(e.task!, e);
+          if (a === 'blocked') {
+            e.state = 'new';
+            refused.add(tid);
             continue;
           }
+          progressed = true;
+          // In memory (or gone to the DLQ) now: no longer part of the tenant's backlog in Kafka.
+          this.#o.counters.add(tid, 'spilled', -1);
           this.admitted++;
           spillAdmittedTotal.inc();
-          e.state = 'running';
-          void a.then(() => {
-            e.state = 'done';
-            wake();
-          });
         }
         while (idx < entries.length && entries[idx]!.state === 'done') {
           resolveOffset(entries[idx++]!.offset);
@@ -203,7 +219,11 @@ export class Drainer {
             const latest = await this.#latestOffset(batch.topic, batch.partition);
             if (latest !== undefined && latest - 1n > lastOffset) othersBehind = true;
           }
-          if (progressed || (othersBehind && waited >= BLOCKED_WAIT_MS) || waited >= IDLE_BLOCKED_WAIT_MS) {
+          if (progressed || (othersBehind && waited >= blockedWait) || waited >= IDLE_BLOCKED_WAIT_MS) {
+            // Only a re-append for records behind that turned out blocked too lengthens the next wait.
+            if (progressed) this.#blockedWait.delete(batch.partition);
+            else if (othersBehind && waited < IDLE_BLOCKED_WAIT_MS)
+              this.#blockedWait.set(batch.partition, Math.min(MAX_BLOCKED_WAIT_MS, blockedWait * 2));
             const blocked = entries.filter((e) => e.state === 'new');
             // Produce first, then resolve: the old offset stays the owner until the copy is acked.
             // (The tenant's spilled count is unchanged: one record replaces another.)
@@ -222,6 +242,7 @@ export class Drainer {
       // Records not resolved (leaving, revoked) go back to the group: no longer in this look-ahead.
       spillLookaheadRecords.dec(unresolved);
     }
+    if (progressed) this.#blockedWait.delete(batch.partition);
     await commitOffsetsIfNecessary().catch(() => {});
   }
 
@@ -249,7 +270,7 @@ export class Drainer {
     try {
       return (await this.#latest.offsets).get(partition);
     } catch (err) {
-      this.#o.logger.debug({ err: (err as Error).message }, 'cannot read latest spill offsets');
+      this.#o.logger.debug({ err }, 'cannot read latest spill offsets');
       return undefined;
     }
   }
@@ -262,5 +283,3 @@ export class Drainer {
     await admin?.then((a) => a.disconnect()).catch(() => {});
   }
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

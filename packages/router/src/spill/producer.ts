@@ -1,7 +1,7 @@
-import type { Logger } from '@spillway/shared';
+import { channels, ListWriter, type Logger, retryForever } from '@spillway/shared';
 import type { Kafka, Producer } from 'kafkajs';
-import { type DeliveryTask, taskToWire } from '../fanout.ts';
 import { spillProducedTotal } from '../metrics.ts';
+import { type DeliveryTask, taskToWire } from '../worker/fanout.ts';
 
 const FLUSH_MS = 2;
 const MAX_BATCH = 500;
@@ -36,11 +36,14 @@ export class SpillProducer {
   readonly #logger: Logger;
   #producer: Producer | undefined;
   #connecting: Promise<Producer> | undefined;
-  #buf: Item[] = [];
-  #timer: NodeJS.Timeout | undefined;
+  /** One send at a time; what arrives during a send goes in the next (see above). */
+  readonly #writer = new ListWriter<Item>({
+    flushMs: FLUSH_MS,
+    maxItems: MAX_BATCH,
+    serial: true,
+    write: (batch) => this.#sendAll(batch),
+  });
   #closed = false;
-  /** The send loop while it runs (it drains #buf, one request at a time). */
-  #pumping: Promise<void> | undefined;
   /** Records acknowledged by Kafka (for stats/tests). */
   sent = 0;
 
@@ -53,10 +56,7 @@ export class SpillProducer {
   spill(task: DeliveryTask): Promise<void> {
     if (this.#closed) return Promise.reject(new Error('spill producer closed'));
     return new Promise<void>((resolve) => {
-      this.#buf.push({ task, resolve });
-      if (this.#pumping) return; // the running loop takes it with its next send
-      if (this.#buf.length >= MAX_BATCH) this.#flush();
-      else this.#timer ??= setTimeout(() => this.#flush(), FLUSH_MS);
+      this.#writer.add({ task, resolve });
     });
   }
 
@@ -81,65 +81,61 @@ export class SpillProducer {
     return this.#connecting;
   }
 
-  #flush(): void {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    if (this.#pumping || this.#buf.length === 0) return;
-    this.#pumping = this.#pump().finally(() => {
-      this.#pumping = undefined;
-      // Defensive: anything pushed after the loop's last look starts a new one.
-      if (this.#buf.length > 0) this.#flush();
-    });
-  }
-
-  /** Sends #buf in requests of ≤ MAX_SEND_BYTES of values, one after the other, until it is empty. */
-  async #pump(): Promise<void> {
-    while (this.#buf.length > 0) {
-      const batch = this.#buf;
-      this.#buf = [];
-      let i = 0;
-      let next: string | undefined;
-      while (i < batch.length) {
-        const items: Item[] = [];
-        const values: string[] = [];
-        let bytes = 0;
-        for (; i < batch.length; i++) {
-          const value = next ?? JSON.stringify(taskToWire(batch[i]!.task));
-          next = undefined;
-          // A record larger than the limit goes alone; otherwise it starts the next send.
-          if (bytes > 0 && bytes + value.length > MAX_SEND_BYTES) {
-            next = value;
-            break;
-          }
-          items.push(batch[i]!);
-          values.push(value);
-          bytes += value.length;
+  /** Sends one taken batch in requests of ≤ MAX_SEND_BYTES of values, one after the other. */
+  async #sendAll(batch: Item[]): Promise<void> {
+    let i = 0;
+    let next: string | undefined;
+    while (i < batch.length) {
+      const items: Item[] = [];
+      const values: string[] = [];
+      let bytes = 0;
+      for (; i < batch.length; i++) {
+        const value = next ?? JSON.stringify(taskToWire(batch[i]!.task));
+        next = undefined;
+        // A record larger than the limit goes alone; otherwise it starts the next send.
+        if (bytes > 0 && bytes + value.length > MAX_SEND_BYTES) {
+          next = value;
+          break;
         }
-        await this.#send(items, values);
+        items.push(batch[i]!);
+        values.push(value);
+        bytes += value.length;
       }
+      await this.#send(items, values, bytes);
     }
   }
 
-  async #send(batch: Item[], values: string[]): Promise<void> {
+  async #send(batch: Item[], values: string[], bytes: number): Promise<void> {
     const messages = batch.map((it, i) => ({ key: it.task.tenantId, value: values[i]! }));
-    for (let attempt = 0; ; attempt++) {
-      try {
+    await retryForever(
+      async () => {
         const producer = await this.#connect();
         await producer.send({ topic: this.#topic, acks: -1, messages });
         this.sent += batch.length;
         spillProducedTotal.inc(batch.length);
+        if (channels.spill.hasSubscribers) {
+          channels.spill.publish({
+            records: batch.length,
+            bytes,
+            tasks: batch.map(({ task: t }) => ({
+              tenantId: t.tenantId,
+              eventId: t.eventId,
+              endpointId: t.endpointId,
+            })),
+          });
+        }
         for (const it of batch) it.resolve();
-        return;
-      } catch (err) {
+      },
+      async (err, attempt) => {
         if (this.#closed && attempt > 2) {
           // Shutting down: the owners keep their tasks (their jobs/offsets are not resolved).
           this.#logger.warn(
-            { err: (err as Error).message, records: batch.length },
+            { err, records: batch.length },
             'spill abandoned at shutdown; owners keep the tasks',
           );
-          return;
+          return false;
         }
-        this.#logger.warn({ err: (err as Error).message, attempt }, 'spill send failed; retrying');
+        this.#logger.warn({ err, attempt }, 'spill send failed; retrying');
         // A producer whose broker went away may be stuck: start a fresh one after a few failures.
         if (attempt % 3 === 2) {
           const old = this.#producer;
@@ -147,14 +143,12 @@ export class SpillProducer {
           this.#connecting = undefined;
           await old?.disconnect().catch(() => {});
         }
-        await new Promise((r) => setTimeout(r, Math.min(200 * 2 ** Math.min(attempt, 4), 3000)));
-      }
-    }
+      },
+    );
   }
 
   async close(): Promise<void> {
-    this.#flush();
-    while (this.#pumping) await this.#pumping.catch(() => {});
+    await this.#writer.flush();
     this.#closed = true;
     await this.#producer?.disconnect().catch(() => {});
   }

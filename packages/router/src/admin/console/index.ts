@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { errors, requireAdminToken } from '@spillway/shared';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Runtime } from '../../runtime.ts';
+import type { Runtime } from '../../roles/runtime.ts';
 import { bearer, type Principal, tokenChecker } from '../auth.ts';
 import type { AdminDeps } from '../routes.ts';
 import { SnapshotHub } from './hub.ts';

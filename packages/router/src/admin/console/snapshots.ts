@@ -1,8 +1,8 @@
 import type { Keys, RedisClient, Tenant } from '@spillway/shared';
 import { tenantTag } from '@spillway/shared';
-import type { RouterServices, TenantStats } from '../../services.ts';
-import { firstError, pipelineByTag } from '../../slots.ts';
-import { readWorkerStats } from '../../stats.ts';
+import { firstError, pipelineByTag } from '../../records/pipeline.ts';
+import { readWorkerStats } from '../../records/stats.ts';
+import type { RouterServices, TenantStats } from '../services.ts';
 
 type Breaker = 'closed' | 'half-open' | 'open';
 const RANK: Record<Breaker, number> = { closed: 0, 'half-open': 1, open: 2 };

@@ -1,15 +1,15 @@
 import { createHash } from 'node:crypto';
-import type { DlqEntry } from '@spillway/shared';
-import { Queue } from 'bullmq';
-import { withCommands } from './commands/index.ts';
-import { readTenantCounters } from './counters.ts';
-import { createIntake } from './intake.ts';
-import { readDlq, readEvent } from './records.ts';
-import { RETRY_JOB_OPTS, type RetryJobData } from './retry.ts';
-import type { Runtime } from './runtime.ts';
+import { createQueue, type DlqEntry, JOB_OPTS } from '@spillway/shared';
+import type { Queue } from 'bullmq';
+import { withCommands } from '../commands/index.ts';
+import { ConfigStore } from '../config/store.ts';
+import { createIntake } from '../intake/intake.ts';
+import { readTenantCounters } from '../records/counters.ts';
+import { readDlq, readEvent } from '../records/records.ts';
+import { readWorkerStats } from '../records/stats.ts';
+import type { RetryJobData } from '../retry/scheduler.ts';
+import type { Runtime } from '../roles/runtime.ts';
 import type { EndpointStats, EventView, RouterServices, TenantStats } from './services.ts';
-import { readWorkerStats } from './stats.ts';
-import { ConfigStore } from './store.ts';
 
 /** Replay moves the DLQ in chunks: one retry job per chunk, then the chunk's entries are removed. */
 const REPLAY_CHUNK = 200;
@@ -22,7 +22,7 @@ export function createRouterServices(rt: Runtime): RouterServices {
   const store = new ConfigStore(rt.redis, keys);
   let retryQueue: Queue | undefined;
   const retries = () => {
-    retryQueue ??= new Queue(keys.retryQueue, { connection: rt.redis as never, prefix: keys.bullPrefix });
+    retryQueue ??= createQueue(rt.redis, keys, keys.retryQueue, rt.logger);
     return retryQueue;
   };
 
@@ -70,7 +70,7 @@ export function createRouterServices(rt: Runtime): RouterServices {
           .update(tenantId)
           .update(chunk.map((c) => c.raw).join('\n'))
           .digest('hex')}`;
-        await retries().add('replay', data, { ...RETRY_JOB_OPTS, jobId });
+        await retries().add('replay', data, { ...JOB_OPTS, jobId });
         const removed = Number(await redis.dlqRemove(keys.dlq(tenantId), ...chunk.map((c) => c.raw)));
         // The job owns these tasks now (the worker counts them down when it finishes the job).
         await rt.redis.hincrby(keys.tenantCounters(tenantId), 'retrying', removed).catch(() => {});
@@ -122,9 +122,9 @@ export function createRouterServices(rt: Runtime): RouterServices {
         sum.queued += t.queued;
         sum.inFlight += t.inFlight;
         const wEps: EndpointStats[] = [];
-        for (const [eid, n] of Object.entries(t.endpoints)) {
-          wEps.push({ id: eid, ...n });
-          const e = eps.get(eid);
+        for (const [endpointId, n] of Object.entries(t.endpoints)) {
+          wEps.push({ id: endpointId, ...n });
+          const e = eps.get(endpointId);
           if (!e) continue;
           // The worst state any worker sees is the one to show.
           if (rank[n.breaker] > rank[e.breaker]) e.breaker = n.breaker;

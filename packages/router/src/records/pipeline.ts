@@ -7,7 +7,7 @@ export type PipeResult = [Error | null, unknown];
 /**
  * Runs a batch of commands as pipelines that Redis Cluster accepts. ioredis sends a cluster
  * pipeline to ONE node and rejects it when its keys map to slots of different nodes, so on a
- * cluster the items are grouped by `tagOf` (a tenant's keys share the hash tag `{t:<tid>}`, hence
+ * cluster the items are grouped by `tagOf` (a tenant's keys share the hash tag `{t:<tenant>}`, hence
  * one slot) and each group is its own pipeline, all sent in parallel. Standalone Redis gets one
  * pipeline (one round trip), as before.
  *
@@ -62,13 +62,13 @@ export async function pipelineByTag<T>(
  * Items grouped by tenant, in first-seen order: the unit of one Lua call (all keys of one tenant
  * share its hash tag, hence one slot on Redis Cluster).
  */
-export function groupByTenant<T>(items: readonly T[], tidOf: (item: T) => string): [string, T[]][] {
+export function groupByTenant<T>(items: readonly T[], tenantOf: (item: T) => string): [string, T[]][] {
   const groups = new Map<string, T[]>();
   for (const it of items) {
-    const tid = tidOf(it);
-    const g = groups.get(tid);
+    const tenantId = tenantOf(it);
+    const g = groups.get(tenantId);
     if (g) g.push(it);
-    else groups.set(tid, [it]);
+    else groups.set(tenantId, [it]);
   }
   return [...groups.entries()];
 }

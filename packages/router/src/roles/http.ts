@@ -1,4 +1,4 @@
-import { registry } from '@spillway/shared';
+import { registry, withTimeout } from '@spillway/shared';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Runtime } from './runtime.ts';
 
@@ -44,20 +44,4 @@ async function pingKafka(rt: Runtime): Promise<boolean> {
   } finally {
     admin.disconnect().catch(() => {});
   }
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('timeout')), ms);
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      (e) => {
-        clearTimeout(t);
-        reject(e);
-      },
-    );
-  });
 }

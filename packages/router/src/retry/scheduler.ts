@@ -1,24 +1,16 @@
-import type { Logger } from '@spillway/shared';
+import { JOB_OPTS, ListWriter, type Logger, retryForever } from '@spillway/shared';
 import type { Queue } from 'bullmq';
-import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
-import { retryJobsTotal, retryTasksTotal } from './metrics.ts';
+import { retryJobsTotal, retryTasksTotal } from '../metrics.ts';
+import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
 
 /** Data of one retry job: tasks that are due at the same time. */
-export interface RetryJobData {
-  v: 1;
-  tasks: WireTask[];
-}
-
-export const RETRY_JOB_OPTS = {
-  removeOnComplete: { count: 1000, age: 3600 },
-  removeOnFail: { count: 5000, age: 7 * 24 * 3600 },
-  attempts: 1_000_000,
-  backoff: { type: 'fixed', delay: 1000 },
-} as const;
+export type RetryJobData = { v: 1; tasks: WireTask[] };
 
 const FLUSH_MS = 5;
 /** Tasks whose delays differ by less than this share one delayed job. */
 const BUCKET_MS = 50;
+/** At close, how long adds that keep failing are retried before the owners keep their tasks. */
+const CLOSE_GRACE_MS = 3000;
 
 interface Item {
   task: DeliveryTask;
@@ -35,9 +27,7 @@ interface Item {
 export class RetryScheduler {
   readonly #queue: Queue;
   readonly #logger: Logger;
-  #buf: Item[] = [];
-  #timer: NodeJS.Timeout | undefined;
-  #inflight = new Set<Promise<void>>();
+  readonly #writer = new ListWriter<Item>({ flushMs: FLUSH_MS, write: (items) => this.#write(items) });
   #closed = false;
 
   constructor(queue: Queue, logger: Logger) {
@@ -47,53 +37,42 @@ export class RetryScheduler {
 
   schedule(task: DeliveryTask, delayMs: number): Promise<void> {
     return new Promise<void>((resolve) => {
-      this.#buf.push({ task, delayMs, resolve });
-      this.#timer ??= setTimeout(() => this.#flush(), FLUSH_MS);
+      this.#writer.add({ task, delayMs, resolve });
     });
   }
 
-  #flush(): void {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    const buf = this.#buf;
-    this.#buf = [];
+  async #write(items: Item[]): Promise<void> {
     const buckets = new Map<number, Item[]>();
-    for (const it of buf) {
+    for (const it of items) {
       const b = Math.ceil(it.delayMs / BUCKET_MS) * BUCKET_MS;
       const list = buckets.get(b) ?? [];
       list.push(it);
       buckets.set(b, list);
     }
-    for (const [delay, items] of buckets) {
-      const p = this.#add(delay, items);
-      this.#inflight.add(p);
-      void p.finally(() => this.#inflight.delete(p));
-    }
+    await Promise.all([...buckets].map(([delay, bucket]) => this.#add(delay, bucket)));
   }
 
   async #add(delay: number, items: Item[]): Promise<void> {
     const data: RetryJobData = { v: 1, tasks: items.map((it) => taskToWire(it.task)) };
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await this.#queue.add('retry', data, { ...RETRY_JOB_OPTS, delay });
+    await retryForever(
+      async () => {
+        await this.#queue.add('retry', data, { ...JOB_OPTS, delay });
         retryJobsTotal.inc();
         retryTasksTotal.inc(items.length);
         for (const it of items) it.resolve();
-        return;
-      } catch (err) {
-        if (this.#closed) return;
-        this.#logger.warn({ err: (err as Error).message, attempt }, 'retry job add failed; retrying');
-        await new Promise((r) => setTimeout(r, Math.min(200 * 2 ** Math.min(attempt, 4), 3000)));
-      }
-    }
+      },
+      (err, attempt) => {
+        if (this.#closed) return false;
+        this.#logger.warn({ err, attempt }, 'retry job add failed; retrying');
+      },
+    );
   }
 
   async close(): Promise<void> {
-    this.#flush();
     const t = setTimeout(() => {
       this.#closed = true;
-    }, 3000);
-    await Promise.allSettled([...this.#inflight]);
+    }, CLOSE_GRACE_MS);
+    await this.#writer.flush();
     clearTimeout(t);
     this.#closed = true;
   }

@@ -1,6 +1,6 @@
 import type { DeliveryTask } from '@spillway/delivery';
 import type { Endpoint, SpillwayEvent } from '@spillway/shared';
-import { matchesEventType } from './store.ts';
+import { matchesEventType } from '../config/store.ts';
 
 /**
  * One delivery of one event to one endpoint (the type is delivery's): the unit that is held in a
@@ -26,14 +26,28 @@ export interface WireTask {
   a: number;
 }
 
+/**
+ * The base64 form a body arrived in (job data, spill record), kept while the body lives: a task
+ * that is spilled, re-appended or dead-lettered is written with it instead of encoding the body
+ * again (once per task: ten times for an event fanned out to ten endpoints).
+ */
+const wireBodies = new WeakMap<Buffer, string>();
+/** Larger bodies are not cached: their string would sit in the V8 heap beside the Buffer. */
+const WIRE_CACHE_MAX = 64 * 1024;
+
 export function eventToWire(ev: SpillwayEvent): WireEvent {
+  let b = wireBodies.get(ev.body);
+  if (b === undefined) {
+    b = ev.body.toString('base64');
+    if (ev.body.length <= WIRE_CACHE_MAX) wireBodies.set(ev.body, b);
+  }
   const w: WireEvent = {
     t: ev.tenantId,
     i: ev.id,
     y: ev.type,
     r: ev.receivedAt,
     c: ev.contentType,
-    b: ev.body.toString('base64'),
+    b,
   };
   if (ev.sourceId !== undefined) w.s = ev.sourceId;
   return w;
@@ -48,6 +62,7 @@ export function eventFromWire(w: WireEvent): SpillwayEvent {
     contentType: w.c,
     body: Buffer.from(w.b, 'base64'),
   };
+  if (ev.body.length <= WIRE_CACHE_MAX) wireBodies.set(ev.body, w.b);
   if (w.s !== undefined) ev.sourceId = w.s;
   return ev;
 }

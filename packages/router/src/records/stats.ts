@@ -1,5 +1,5 @@
 import type { Keys, Logger, RedisClient } from '@spillway/shared';
-import type { Engine, WorkerTenantStats } from './engine.ts';
+import type { Engine, WorkerTenantStats } from '../worker/engine.ts';
 
 /** How long a worker's published numbers live without a refresh: a dead worker drops out of the sums. */
 export const STATS_TTL_MS = 5000;
@@ -30,7 +30,7 @@ export function startStatsPublisher(
     ]);
   };
   const timer = setInterval(() => {
-    publish().catch((err) => logger.debug({ err: (err as Error).message }, 'stats publish failed'));
+    publish().catch((err: unknown) => logger.debug({ err }, 'stats publish failed'));
   }, PUBLISH_MS);
   timer.unref();
   void publish().catch(() => {});

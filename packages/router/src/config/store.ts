@@ -12,8 +12,8 @@ import {
 /**
  * Tenants, endpoints and sources, stored in Redis:
  *   keys.tenants              SET of tenant ids
- *   keys.tenant(tid)          STRING Tenant JSON
- *   keys.endpoints(tid)       HASH endpointId → Endpoint JSON
+ *   keys.tenant(tenantId)          STRING Tenant JSON
+ *   keys.endpoints(tenantId)       HASH endpointId → Endpoint JSON
  *   keys.sources              HASH sourceId → Source JSON (ingest knows only the source id)
  * Every write publishes a Change on keys.changes so that caches in other processes drop it.
  */
@@ -47,14 +47,14 @@ export class ConfigStore {
     return tenant;
   }
 
-  async getTenant(tid: string): Promise<Tenant | undefined> {
-    const raw = await this.#redis.get(this.#keys.tenant(tid));
+  async getTenant(tenantId: string): Promise<Tenant | undefined> {
+    const raw = await this.#redis.get(this.#keys.tenant(tenantId));
     return raw ? (JSON.parse(raw) as Tenant) : undefined;
   }
 
-  async requireTenant(tid: string): Promise<Tenant> {
-    const t = await this.getTenant(tid);
-    if (!t) throw errors.notFound(`tenant ${tid} not found`);
+  async requireTenant(tenantId: string): Promise<Tenant> {
+    const t = await this.getTenant(tenantId);
+    if (!t) throw errors.notFound(`tenant ${tenantId} not found`);
     return t;
   }
 
@@ -69,27 +69,27 @@ export class ConfigStore {
   }
 
   /** Read-modify-write of one tenant (admin is the only writer; last write wins). */
-  async updateTenant(tid: string, update: (t: Tenant) => Tenant): Promise<Tenant> {
-    const next = update(await this.requireTenant(tid));
-    await this.#redis.set(this.#keys.tenant(tid), JSON.stringify(next), 'XX');
-    await this.#publish({ kind: 'tenant', tenantId: tid, id: tid });
+  async updateTenant(tenantId: string, update: (t: Tenant) => Tenant): Promise<Tenant> {
+    const next = update(await this.requireTenant(tenantId));
+    await this.#redis.set(this.#keys.tenant(tenantId), JSON.stringify(next), 'XX');
+    await this.#publish({ kind: 'tenant', tenantId, id: tenantId });
     return next;
   }
 
-  async deleteTenant(tid: string): Promise<void> {
-    await this.requireTenant(tid);
-    for (const s of await this.listSources(tid)) await this.#redis.hdel(this.#keys.sources, s.id);
+  async deleteTenant(tenantId: string): Promise<void> {
+    await this.requireTenant(tenantId);
+    for (const s of await this.listSources(tenantId)) await this.#redis.hdel(this.#keys.sources, s.id);
     // The tenant's own keys share one hash tag (one slot), so one DEL takes them all. Event records
     // and dedup markers expire on their own; tasks still spilled or in retry jobs are dropped when a
     // worker finds their tenant gone.
     await this.#redis.del(
-      this.#keys.tenant(tid),
-      this.#keys.endpoints(tid),
-      this.#keys.dlq(tid),
-      this.#keys.tenantCounters(tid),
+      this.#keys.tenant(tenantId),
+      this.#keys.endpoints(tenantId),
+      this.#keys.dlq(tenantId),
+      this.#keys.tenantCounters(tenantId),
     );
-    await this.#redis.srem(this.#keys.tenants, tid);
-    await this.#publish({ kind: 'tenant', tenantId: tid, id: tid });
+    await this.#redis.srem(this.#keys.tenants, tenantId);
+    await this.#publish({ kind: 'tenant', tenantId, id: tenantId });
   }
 
   // --- endpoints -----------------------------------------------------------------------------
@@ -102,35 +102,39 @@ export class ConfigStore {
     return ep;
   }
 
-  async getEndpoint(tid: string, eid: string): Promise<Endpoint | undefined> {
-    const raw = await this.#redis.hget(this.#keys.endpoints(tid), eid);
+  async getEndpoint(tenantId: string, endpointId: string): Promise<Endpoint | undefined> {
+    const raw = await this.#redis.hget(this.#keys.endpoints(tenantId), endpointId);
     return raw ? (JSON.parse(raw) as Endpoint) : undefined;
   }
 
-  async requireEndpoint(tid: string, eid: string): Promise<Endpoint> {
-    const ep = await this.getEndpoint(tid, eid);
-    if (!ep) throw errors.notFound(`endpoint ${eid} not found`);
+  async requireEndpoint(tenantId: string, endpointId: string): Promise<Endpoint> {
+    const ep = await this.getEndpoint(tenantId, endpointId);
+    if (!ep) throw errors.notFound(`endpoint ${endpointId} not found`);
     return ep;
   }
 
-  async listEndpoints(tid: string): Promise<Endpoint[]> {
-    const all = await this.#redis.hgetall(this.#keys.endpoints(tid));
+  async listEndpoints(tenantId: string): Promise<Endpoint[]> {
+    const all = await this.#redis.hgetall(this.#keys.endpoints(tenantId));
     return Object.values(all)
       .map((raw) => JSON.parse(raw) as Endpoint)
       .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
-  async updateEndpoint(tid: string, eid: string, update: (ep: Endpoint) => Endpoint): Promise<Endpoint> {
-    const next = update(await this.requireEndpoint(tid, eid));
-    await this.#redis.hset(this.#keys.endpoints(tid), eid, JSON.stringify(next));
-    await this.#publish({ kind: 'endpoint', tenantId: tid, id: eid });
+  async updateEndpoint(
+    tenantId: string,
+    endpointId: string,
+    update: (ep: Endpoint) => Endpoint,
+  ): Promise<Endpoint> {
+    const next = update(await this.requireEndpoint(tenantId, endpointId));
+    await this.#redis.hset(this.#keys.endpoints(tenantId), endpointId, JSON.stringify(next));
+    await this.#publish({ kind: 'endpoint', tenantId, id: endpointId });
     return next;
   }
 
-  async deleteEndpoint(tid: string, eid: string): Promise<void> {
-    const n = await this.#redis.hdel(this.#keys.endpoints(tid), eid);
-    if (n !== 1) throw errors.notFound(`endpoint ${eid} not found`);
-    await this.#publish({ kind: 'endpoint', tenantId: tid, id: eid });
+  async deleteEndpoint(tenantId: string, endpointId: string): Promise<void> {
+    const n = await this.#redis.hdel(this.#keys.endpoints(tenantId), endpointId);
+    if (n !== 1) throw errors.notFound(`endpoint ${endpointId} not found`);
+    await this.#publish({ kind: 'endpoint', tenantId, id: endpointId });
   }
 
   // --- sources -------------------------------------------------------------------------------
@@ -143,24 +147,24 @@ export class ConfigStore {
     return src;
   }
 
-  async getSource(sid: string): Promise<Source | undefined> {
-    const raw = await this.#redis.hget(this.#keys.sources, sid);
+  async getSource(sourceId: string): Promise<Source | undefined> {
+    const raw = await this.#redis.hget(this.#keys.sources, sourceId);
     return raw ? (JSON.parse(raw) as Source) : undefined;
   }
 
-  async listSources(tid: string): Promise<Source[]> {
+  async listSources(tenantId: string): Promise<Source[]> {
     const all = await this.#redis.hgetall(this.#keys.sources);
     return Object.values(all)
       .map((raw) => JSON.parse(raw) as Source)
-      .filter((s) => s.tenantId === tid)
+      .filter((s) => s.tenantId === tenantId)
       .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
-  async deleteSource(tid: string, sid: string): Promise<void> {
-    const src = await this.getSource(sid);
-    if (!src || src.tenantId !== tid) throw errors.notFound(`source ${sid} not found`);
-    await this.#redis.hdel(this.#keys.sources, sid);
-    await this.#publish({ kind: 'source', tenantId: tid, id: sid });
+  async deleteSource(tenantId: string, sourceId: string): Promise<void> {
+    const src = await this.getSource(sourceId);
+    if (!src || src.tenantId !== tenantId) throw errors.notFound(`source ${sourceId} not found`);
+    await this.#redis.hdel(this.#keys.sources, sourceId);
+    await this.#publish({ kind: 'source', tenantId, id: sourceId });
   }
 
   /** Every source of every tenant (one HGETALL): the ingest role's per-path body-cap table. */
@@ -229,27 +233,24 @@ export class ConfigCache implements SourceDirectory {
     return e !== undefined && Date.now() - e.at < this.#ttlMs;
   }
 
-  async tenant(tid: string): Promise<Tenant | undefined> {
-    const e = this.#tenants.get(tid);
-    if (this.#fresh(e)) return e.value;
-    const value = await this.#store.getTenant(tid);
-    this.#tenants.set(tid, { value, at: Date.now() });
-    return value;
+  tenant(tenantId: string): Promise<Tenant | undefined> {
+    return this.#cached(this.#tenants, tenantId, () => this.#store.getTenant(tenantId));
   }
 
-  async endpoints(tid: string): Promise<Endpoint[]> {
-    const e = this.#endpoints.get(tid);
-    if (this.#fresh(e)) return e.value;
-    const value = await this.#store.listEndpoints(tid);
-    this.#endpoints.set(tid, { value, at: Date.now() });
-    return value;
+  endpoints(tenantId: string): Promise<Endpoint[]> {
+    return this.#cached(this.#endpoints, tenantId, () => this.#store.listEndpoints(tenantId));
   }
 
-  async get(sid: string): Promise<Source | undefined> {
-    const e = this.#sources.get(sid);
+  get(sourceId: string): Promise<Source | undefined> {
+    return this.#cached(this.#sources, sourceId, () => this.#store.getSource(sourceId));
+  }
+
+  /** The fresh cached value, or a load from the store (cached with the time it was read). */
+  async #cached<T>(map: Map<string, Entry<T>>, key: string, load: () => Promise<T>): Promise<T> {
+    const e = map.get(key);
     if (this.#fresh(e)) return e.value;
-    const value = await this.#store.getSource(sid);
-    this.#sources.set(sid, { value, at: Date.now() });
+    const value = await load();
+    map.set(key, { value, at: Date.now() });
     return value;
   }
 

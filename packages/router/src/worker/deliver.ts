@@ -1,4 +1,4 @@
-import { type AttemptOutcome, Dispatcher, type DispatchOptions, nextRetryDelay } from '@spillway/delivery';
+import { type AttemptOutcome, Dispatcher, nextRetryDelay } from '@spillway/delivery';
 import type { Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
 import type { DeliveryTask } from './fanout.ts';
 
@@ -11,13 +11,20 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
  * (the shape of delivery's `Dispatcher`), so the engine never sees delivery's internals.
  */
 export interface DeliveryPort {
-  /** `opts.signal` withdraws the task while it still waits for tokens or a slot (→ `withdrawn`). */
+  /**
+   * One attempt (rate tokens unless `opts.rated`, a slot, the breaker, the request); resolves with
+   * what it came to.
+   */
   dispatch(
     task: DeliveryTask,
     tenant: Tenant,
     endpoint: Endpoint,
-    opts?: DispatchOptions,
+    opts?: { rated?: boolean },
   ): Promise<AttemptOutcome>;
+  /** Whether the tenant or endpoint has a rate (tasks then take tokens before they take a slot). */
+  rated(tenant: Tenant, endpoint: Endpoint): boolean;
+  /** Waits for the task's rate tokens; undefined when taken, else the outcome that ends the attempt. */
+  rate(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome | undefined>;
   /** Requests open for the tenant on this worker now. */
   inFlight(tenantId: string): number;
   /** Delay before the next attempt, or undefined when the schedule is exhausted (→ DLQ). */
@@ -47,6 +54,8 @@ export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<Del
   });
   return {
     dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),
+    rated: (tenant, endpoint) => d.rated(tenant, endpoint),
+    rate: (task, tenant, endpoint) => d.rate(task, tenant, endpoint),
     inFlight: (tid) => d.inFlight(tid),
     nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) =>
       nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),

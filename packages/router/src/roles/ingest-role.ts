@@ -8,9 +8,9 @@ import {
   registerKernelDropMetrics,
 } from '@spillway/ingest';
 import { createRedis, type Logger, registry, type Source } from '@spillway/shared';
-import { createIntake } from './intake.ts';
+import { ConfigCache, ConfigStore } from '../config/store.ts';
+import { createIntake } from '../intake/intake.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
-import { ConfigCache, ConfigStore } from './store.ts';
 
 /**
  * Ingest role: the IngestServer from @spillway/ingest (io_uring or node:http per
@@ -46,10 +46,7 @@ function routeCapsSync(
       const all = await list();
       if (!stopped) setRoutes?.(pipeline.routeCaps(all));
     } catch (err) {
-      logger.warn(
-        { err: (err as Error).message },
-        'ingest: could not reload per-source body caps; keeping the previous table',
-      );
+      logger.warn({ err }, 'ingest: could not reload per-source body caps; keeping the previous table');
     }
   };
   const refresh = (): Promise<void> => {
@@ -96,7 +93,7 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   });
   // Pub/sub needs a connection of its own.
   const sub = createRedis(rt.config.redis);
-  sub.on('error', (err: Error) => logger.warn({ err: err.message }, 'config subscription connection error'));
+  sub.on('error', (err: Error) => logger.warn({ err }, 'config subscription connection error'));
   const intake = createIntake(rt);
   // Fail open to a local bucket while Redis is unreachable: the intake answers 503 itself then, and
   // refusing on the limiter as well would only turn a Redis blip into 429s.

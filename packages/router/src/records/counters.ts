@@ -1,8 +1,8 @@
-import { type Keys, type Logger, type RedisClient, tenantTag } from '@spillway/shared';
-import { firstError, pipelineByTag } from './slots.ts';
+import { BatchedWriter, type Keys, type Logger, type RedisClient, tenantTag } from '@spillway/shared';
+import { firstError, pipelineByTag } from './pipeline.ts';
 
 /**
- * Per-tenant counters shared by all workers, in the hash `keys.tenantCounters(tid)`:
+ * Per-tenant counters shared by all workers, in the hash `keys.tenantCounters(tenantId)`:
  *   spilled                 tasks whose current owner is a Kafka spill record (the backlog in Kafka)
  *   retrying                tasks whose current owner is a retry job (waiting for their next attempt)
  *   delivered, failed       totals (failed = dead-lettered), surviving worker restarts
@@ -17,6 +17,10 @@ import { firstError, pipelineByTag } from './slots.ts';
 export type CounterField = 'spilled' | 'retrying' | 'delivered' | 'failed';
 
 const FLUSH_MS = 250;
+/** After a failed write, the deltas put back are tried again this much later. */
+const RETRY_MS = 1000;
+
+type Batch = { tenantId: string; fields: [string, number][] }[];
 
 export class TenantCounters {
   readonly #redis: RedisClient;
@@ -24,8 +28,20 @@ export class TenantCounters {
   readonly #logger: Logger;
   /** tenant → field → delta not yet in Redis. */
   #pending = new Map<string, Map<string, number>>();
-  #timer: NodeJS.Timeout | undefined;
-  #flushing: Promise<void> = Promise.resolve();
+  /** One write at a time: deltas summed while a write runs go in the next. */
+  readonly #writer = new BatchedWriter<Batch>({
+    flushMs: FLUSH_MS,
+    serial: true,
+    take: () => {
+      const batch = [...this.#pending.entries()].map(([tenantId, m]) => ({
+        tenantId,
+        fields: [...m.entries()].filter(([, n]) => n !== 0),
+      }));
+      this.#pending = new Map();
+      return batch.length > 0 ? batch : undefined;
+    },
+    write: (batch) => this.#write(batch),
+  });
 
   constructor(redis: RedisClient, keys: Keys, logger: Logger) {
     this.#redis = redis;
@@ -33,62 +49,55 @@ export class TenantCounters {
     this.#logger = logger;
   }
 
-  #pendingOf(tid: string): Map<string, number> {
-    let m = this.#pending.get(tid);
+  #pendingOf(tenantId: string): Map<string, number> {
+    let m = this.#pending.get(tenantId);
     if (!m) {
       m = new Map();
-      this.#pending.set(tid, m);
+      this.#pending.set(tenantId, m);
     }
     return m;
   }
 
-  add(tid: string, field: CounterField, n = 1, endpointId?: string): void {
+  add(tenantId: string, field: CounterField, n = 1, endpointId?: string): void {
     if (n === 0) return;
-    const m = this.#pendingOf(tid);
+    const m = this.#pendingOf(tenantId);
     m.set(field, (m.get(field) ?? 0) + n);
     if (endpointId !== undefined) {
       const f = `ep:${endpointId}:${field}`;
       m.set(f, (m.get(f) ?? 0) + n);
     }
-    this.#timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
+    this.#writer.schedule();
   }
 
   /** Writes the pending deltas (HINCRBY per field). A failed write keeps them for the next flush. */
   flush(): Promise<void> {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    const batch = [...this.#pending.entries()].map(([tid, m]) => ({
-      tid,
-      fields: [...m.entries()].filter(([, n]) => n !== 0),
-    }));
-    this.#pending = new Map();
-    if (batch.length === 0) return this.#flushing;
-    const prev = this.#flushing;
-    this.#flushing = (async () => {
-      await prev;
-      const res = await pipelineByTag(
-        this.#redis,
-        batch,
-        (b) => tenantTag(b.tid),
-        (pipe, b) => {
-          for (const [f, n] of b.fields) pipe.hincrby(this.#keys.tenantCounters(b.tid), f, n);
-        },
-      );
-      const err = firstError(res);
-      if (!err) return;
-      this.#logger.warn({ err: err.message }, 'tenant counter write failed; will retry');
-      // Put back only the tenants whose writes failed (HINCRBY of the others landed).
-      batch.forEach((b, i) => {
-        res[i]!.forEach(([e], k) => {
-          if (!e) return;
-          const [f, n] = b.fields[k]!;
-          const m = this.#pendingOf(b.tid);
-          m.set(f, (m.get(f) ?? 0) + n);
-        });
+    return this.#writer.flush();
+  }
+
+  async #write(batch: Batch): Promise<void> {
+    const res = await pipelineByTag(
+      this.#redis,
+      batch,
+      (b) => tenantTag(b.tenantId),
+      (pipe, b) => {
+        for (const [f, n] of b.fields) pipe.hincrby(this.#keys.tenantCounters(b.tenantId), f, n);
+      },
+    );
+    const err = firstError(res);
+    if (!err) return;
+    this.#logger.warn({ err }, 'tenant counter write failed; will retry');
+    // Put back only the tenants whose writes failed (HINCRBY of the others landed).
+    batch.forEach((b, i) => {
+      res[i]!.forEach(([e], k) => {
+        if (!e) return;
+        const [f, n] = b.fields[k]!;
+        const m = this.#pendingOf(b.tenantId);
+        m.set(f, (m.get(f) ?? 0) + n);
       });
-      this.#timer ??= setTimeout(() => void this.flush(), 1000);
-    })();
-    return this.#flushing;
+    });
+    this.#writer.schedule(RETRY_MS);
+    // Stops the serial loop: the put-back deltas wait for RETRY_MS instead of being retried at once.
+    throw err;
   }
 
   close(): Promise<void> {
@@ -108,9 +117,9 @@ export interface TenantCounterValues {
 export async function readTenantCounters(
   redis: RedisClient,
   keys: Keys,
-  tid: string,
+  tenantId: string,
 ): Promise<TenantCounterValues> {
-  const all = await redis.hgetall(keys.tenantCounters(tid));
+  const all = await redis.hgetall(keys.tenantCounters(tenantId));
   const num = (k: string) => Number(all[k] ?? 0) || 0;
   const out: TenantCounterValues = {
     spilled: Math.max(0, num('spilled')),

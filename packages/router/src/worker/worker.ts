@@ -1,18 +1,20 @@
 import { createRedis, type RedisClient } from '@spillway/shared';
 import { type Job, Queue, Worker } from 'bullmq';
-import { TenantCounters } from './counters.ts';
+import { ConfigCache, ConfigStore } from '../config/store.ts';
+import { type IntakeJobData, promoteDedup } from '../intake/intake.ts';
+import { tasksDiscardedTotal } from '../metrics.ts';
+import { TenantCounters } from '../records/counters.ts';
+import { RecordWriter } from '../records/records.ts';
+import { startStatsPublisher } from '../records/stats.ts';
+import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
+import type { RoleContext, RoleHandle } from '../roles/roles.ts';
+import type { Runtime } from '../roles/runtime.ts';
+import { Drainer } from '../spill/drainer.ts';
+import { SpillProducer } from '../spill/producer.ts';
 import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
 import { Engine } from './engine.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
-import { type IntakeJobData, promoteDedup } from './intake.ts';
-import { RecordWriter } from './records.ts';
-import { type RetryJobData, RetryScheduler } from './retry.ts';
-import type { RoleContext, RoleHandle } from './roles.ts';
-import type { Runtime } from './runtime.ts';
-import { Drainer } from './spill/drainer.ts';
-import { SpillProducer } from './spill/producer.ts';
-import { startStatsPublisher } from './stats.ts';
-import { ConfigCache, ConfigStore } from './store.ts';
+import { Settler } from './settle.ts';
 
 /*
  * Lock of an active intake/retry job (config.jobLockMs, SPILLWAY_JOB_LOCK). BullMQ renews it every
@@ -21,9 +23,10 @@ import { ConfigCache, ConfigStore } from './store.ts';
  * (config.jobStalledIntervalMs).
  */
 /**
- * Jobs processed at once per queue. A job stays active only while its tasks are spilling or on the
- * wire (tasks still waiting in delivery are handed to Kafka after JOB_HANDOFF_MS), so a slow tenant
- * holds at most its `concurrency` of these slots; the rest keep other tenants' jobs moving.
+ * Jobs processed at once per queue. Each waits for room (Engine#room) before it is taken apart, so
+ * this bounds claimed-but-unstarted work, not delivery. A job stays active while any of its tasks
+ * is in a lane; a stalled lane keeps only its requests on the wire (its tenant's concurrency), so a
+ * hanging tenant holds at most that many of these slots and the rest keep other tenants moving.
  */
 const CONCURRENCY = 256;
 
@@ -58,15 +61,11 @@ export async function createWorker(
   const retries = new RetryScheduler(retryQueue, logger);
   const records = new RecordWriter(rt.redis, keys, logger);
   const counters = new TenantCounters(rt.redis, keys, logger);
-  const engine = new Engine({
-    bodyBudgetBytes: config.workerBodyBudget,
+  const settler = new Settler({
     redis: rt.redis,
     keys,
     logger,
-    cache,
-    store,
     delivery,
-    spill,
     retries,
     records,
     counters,
@@ -77,9 +76,21 @@ export async function createWorker(
       );
     },
   });
+  const engine = new Engine({
+    bodyBudgetBytes: config.workerBodyBudget,
+    logger,
+    cache,
+    store,
+    delivery,
+    spill,
+    settler,
+  });
 
   const processIntake = async (job: Job<IntakeJobData>) => {
     const events = job.data.events;
+    // Backpressure: a job is taken apart only while this worker has room for its tasks, so intake
+    // work is claimed about as fast as it is delivered (see Engine#room).
+    await engine.room();
     // Covers a promote the intake lost after a durable add (see intake.ts).
     await promoteDedup(rt.redis, keys, events, config.dedupWindowMs).catch(() => {});
     const tasks: DeliveryTask[] = [];
@@ -92,7 +103,9 @@ export async function createWorker(
     for (const w of events) {
       const v = views.get(w.t)!;
       if (!v.tenant) {
-        logger.warn({ tid: w.t, eventId: w.i }, 'event for an unknown tenant dropped');
+        // Accepted, then its tenant was deleted before fan-out: the one explicit discard.
+        tasksDiscardedTotal.inc({ reason: 'tenant_deleted' });
+        logger.warn({ tenantId: w.t, eventId: w.i }, 'event of a deleted tenant discarded');
         continue;
       }
       const ev = eventFromWire(w);
@@ -110,6 +123,7 @@ export async function createWorker(
   };
 
   const processRetry = async (job: Job<RetryJobData>) => {
+    await engine.room();
     const tasks = job.data.tasks.map(taskFromWire);
     await engine.hold(tasks);
     // The job lets go of its tasks (they were delivered, spilled, re-scheduled or dead-lettered).

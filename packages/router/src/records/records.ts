@@ -1,10 +1,17 @@
-import type { DeliveryRecord, DlqEntry, Keys, Logger, RedisClient } from '@spillway/shared';
-import { type DeliveryTask, taskToWire, type WireTask } from './fanout.ts';
-import type { EventView } from './services.ts';
-import { firstError, hashTag, pipelineByTag } from './slots.ts';
+import {
+  type DeliveryRecord,
+  type DlqEntry,
+  type Keys,
+  ListWriter,
+  type Logger,
+  type RedisClient,
+} from '@spillway/shared';
+import type { EventView } from '../admin/services.ts';
+import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
+import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
 
 /**
- * Delivery records: one hash per event, `keys.event(tid, eid)`:
+ * Delivery records: one hash per event, `keys.event(tenantId, eventId)`:
  *   meta          {"id","type","receivedAt"}
  *   ep:<endpoint> DeliveryRecord JSON (pending at fan-out, rewritten after every attempt)
  * They are what GET /v1/tenants/:tid/events/:eid shows. They are NOT the durable owner of anything
@@ -21,9 +28,7 @@ export class RecordWriter {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
   readonly #logger: Logger;
-  #buf: Write[] = [];
-  #timer: NodeJS.Timeout | undefined;
-  #flushing: Promise<void> = Promise.resolve();
+  readonly #writer = new ListWriter<Write>({ flushMs: FLUSH_MS, write: (buf) => this.#write(buf) });
 
   constructor(redis: RedisClient, keys: Keys, logger: Logger) {
     this.#redis = redis;
@@ -58,18 +63,17 @@ export class RecordWriter {
   }
 
   #push(w: Write): void {
-    this.#buf.push(w);
-    this.#timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
+    this.#writer.add(w);
   }
 
+  /** Writes what is buffered; resolves once every write started so far has ended. */
   flush(): Promise<void> {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    const buf = this.#buf;
-    this.#buf = [];
-    if (buf.length === 0) return this.#flushing;
-    // Per tenant (slot) on a Redis Cluster; one pipeline on standalone Redis.
-    this.#flushing = pipelineByTag(
+    return this.#writer.flush();
+  }
+
+  /** Per tenant (slot) on a Redis Cluster; one pipeline on standalone Redis. */
+  async #write(buf: Write[]): Promise<void> {
+    const res = await pipelineByTag(
       this.#redis,
       buf,
       (w) => hashTag(w.key),
@@ -83,11 +87,9 @@ export class RecordWriter {
           pipe.expire(w.key, RECORD_TTL_S);
         } else pipe.hset(w.key, w.field, w.value);
       },
-    ).then((res) => {
-      const err = firstError(res);
-      if (err) this.#logger.warn({ err: err.message, writes: buf.length }, 'delivery record write failed');
-    });
-    return this.#flushing;
+    );
+    const err = firstError(res);
+    if (err) this.#logger.warn({ err, writes: buf.length }, 'delivery record write failed');
   }
 }
 

@@ -8,6 +8,7 @@ import {
   errors,
   type Keys,
   type Logger,
+  packageLogger,
   type RedisClient,
 } from '@spillway/shared';
 import kafkajs, { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
@@ -31,11 +32,13 @@ export interface Runtime {
 
 export function createRuntime(
   config: Readonly<Config>,
-  logger: Logger = createLogger(config.logLevel),
+  root: Logger = createLogger(config.logLevel),
 ): Runtime {
+  // The router's logs carry pkg=router; packages handed this logger take their own child (packageLogger).
+  const logger = packageLogger(root, 'router');
   const keys = createKeys(config.prefix);
   const redis = createRedis(config.redis, { maxRetriesPerRequest: 2 });
-  redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
+  redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
   const kafka = new Kafka({
     clientId: `spillway-${process.pid}`,
     brokers: config.kafkaBrokers,
@@ -93,7 +96,10 @@ export const SPILL_MAX_MESSAGE_BYTES = 96 * 1024 * 1024;
 
 /**
  * Kafka reachable and the spill topic present: created with SPILLWAY_SPILL_PARTITIONS partitions
- * (or `partitions`), and its `max.message.bytes` raised to SPILL_MAX_MESSAGE_BYTES if smaller.
+ * (or `partitions`), SPILLWAY_SPILL_REPLICATION replicas (default min(3, brokers)) and
+ * `min.insync.replicas` one less than that (at least 1), so an acknowledged spill (acks=-1) survives
+ * the loss of a broker. An existing topic keeps its settings; if they are weaker than asked, one
+ * warning line names the variable. Its `max.message.bytes` is raised to SPILL_MAX_MESSAGE_BYTES if smaller.
  */
 export async function ensureSpillTopic(rt: Runtime, partitions = rt.config.spillPartitions): Promise<void> {
   const admin = rt.kafka.admin({ retry: { retries: 3, initialRetryTime: 300 } });
@@ -101,22 +107,46 @@ export async function ensureSpillTopic(rt: Runtime, partitions = rt.config.spill
   const maxMessage = { name: 'max.message.bytes', value: String(SPILL_MAX_MESSAGE_BYTES) };
   try {
     await admin.connect();
+    const brokers = (await admin.describeCluster()).brokers.length;
+    const replication = rt.config.spillReplication ?? Math.min(3, brokers);
+    if (replication > brokers)
+      throw errors.config(
+        `SPILLWAY_SPILL_REPLICATION: ${replication} replicas asked, but the Kafka cluster has ${brokers} broker(s)`,
+      );
+    const minIsr = { name: 'min.insync.replicas', value: String(Math.max(1, replication - 1)) };
     const topics = await admin.listTopics();
     if (!topics.includes(topic)) {
       await admin.createTopics({
         waitForLeaders: true,
-        topics: [{ topic, numPartitions: partitions, replicationFactor: 1, configEntries: [maxMessage] }],
+        topics: [
+          {
+            topic,
+            numPartitions: partitions,
+            replicationFactor: replication,
+            configEntries: [maxMessage, minIsr],
+          },
+        ],
       });
-      rt.logger.info({ topic, partitions }, 'created spill topic');
+      rt.logger.info({ topic, partitions, replication, minIsr: minIsr.value }, 'created spill topic');
     } else {
-      const described = await admin.describeConfigs({
-        includeSynonyms: false,
-        resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configNames: [maxMessage.name] }],
-      });
-      const current = Number(
-        described.resources[0]?.configEntries.find((e) => e.configName === maxMessage.name)?.configValue,
-      );
-      if (!(current >= SPILL_MAX_MESSAGE_BYTES)) {
+      const [described, meta] = await Promise.all([
+        admin.describeConfigs({
+          includeSynonyms: false,
+          resources: [
+            { type: ConfigResourceTypes.TOPIC, name: topic, configNames: [maxMessage.name, minIsr.name] },
+          ],
+        }),
+        admin.fetchTopicMetadata({ topics: [topic] }),
+      ]);
+      const entry = (name: string) =>
+        Number(described.resources[0]?.configEntries.find((e) => e.configName === name)?.configValue);
+      const haveReplicas = Math.min(...(meta.topics[0]?.partitions ?? []).map((p) => p.replicas.length));
+      const haveIsr = entry(minIsr.name);
+      if (haveReplicas < replication || !(haveIsr >= Number(minIsr.value)))
+        rt.logger.warn(
+          `SPILLWAY_SPILL_REPLICATION: spill topic ${topic} exists with ${haveReplicas} replica(s) and min.insync.replicas ${haveIsr}, weaker than the ${replication} and ${minIsr.value} asked; reassign its partitions to make spills survive a broker loss`,
+        );
+      if (!(entry(maxMessage.name) >= SPILL_MAX_MESSAGE_BYTES)) {
         await admin.alterConfigs({
           validateOnly: false,
           resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [maxMessage] }],
@@ -128,6 +158,7 @@ export async function ensureSpillTopic(rt: Runtime, partitions = rt.config.spill
       }
     }
   } catch (err) {
+    if ((err as { code?: string }).code === 'SPW_ERR_CONFIG') throw err;
     throw errors.unavailable(`Kafka at SPILLWAY_KAFKA_BROKERS does not answer: ${(err as Error).message}`, {
       cause: err,
     });

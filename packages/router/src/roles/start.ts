@@ -15,8 +15,8 @@ export interface Started {
 
 /** Role starters are loaded lazily so that a worker process never loads the ingest addon. */
 const starters: Record<Exclude<Role, 'all'>, () => Promise<RoleStarter>> = {
-  admin: async () => (await import('./admin/index.ts')).startAdmin,
-  worker: async () => (await import('./worker.ts')).startWorker,
+  admin: async () => (await import('../admin/index.ts')).startAdmin,
+  worker: async () => (await import('../worker/worker.ts')).startWorker,
   ingest: async () => (await import('./ingest-role.ts')).startIngest,
 };
 

@@ -1,34 +1,26 @@
 import { randomBytes } from 'node:crypto';
 import {
+  channels,
+  createQueue,
   errors,
   type Intake,
+  JOB_OPTS,
   type Keys,
   type Logger,
   type RedisClient,
   type SpillwayEvent,
   tenantTag,
+  withTimeout,
 } from '@spillway/shared';
-import { Queue } from 'bullmq';
-import { type PipeCommands, type RouterCommands, withCommands } from './commands/index.ts';
-import { eventToWire, type WireEvent } from './fanout.ts';
-import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from './metrics.ts';
-import { RECORD_TTL_S } from './records.ts';
-import { firstError, groupByTenant, type PipeResult, pipelineByTag } from './slots.ts';
+import type { Queue } from 'bullmq';
+import { type PipeCommands, type RouterCommands, withCommands } from '../commands/index.ts';
+import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from '../metrics.ts';
+import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
+import { RECORD_TTL_S } from '../records/records.ts';
+import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
-export interface IntakeJobData {
-  v: 1;
-  events: WireEvent[];
-}
-
-/** BullMQ options shared by every intake job: keep a bounded tail of finished jobs for inspection. */
-export const INTAKE_JOB_OPTS = {
-  removeOnComplete: { count: 1000, age: 3600 },
-  removeOnFail: { count: 5000, age: 7 * 24 * 3600 },
-  // A processing error (Redis blip) is retried; the job is the durable owner of its events.
-  attempts: 1_000_000,
-  backoff: { type: 'fixed', delay: 1000 },
-} as const;
+export type IntakeJobData = { v: 1; events: WireEvent[] };
 
 /** Largest batch one group commit makes durable. */
 const MAX_BATCH = 256;
@@ -93,11 +85,7 @@ export class DurableIntake implements Intake {
     this.#logger = opts.logger;
     this.#windowMs = opts.dedupWindowMs;
     this.#groupMs = opts.groupCommitMs;
-    this.#queue = new Queue(opts.keys.intakeQueue, {
-      connection: opts.redis as never,
-      prefix: opts.keys.bullPrefix,
-    });
-    this.#queue.on('error', (err) => this.#logger.warn({ err: err.message }, 'intake queue error'));
+    this.#queue = createQueue(opts.redis, opts.keys, opts.keys.intakeQueue, opts.logger);
   }
 
   submit(event: SpillwayEvent): Promise<{ id: string; duplicate: boolean }> {
@@ -146,7 +134,7 @@ export class DurableIntake implements Intake {
     if (batch.length === 0) return;
     this.#committing++;
     void this.#commit(batch)
-      .catch((err: Error) => this.#logger.error({ err: err.message }, 'intake commit threw'))
+      .catch((err: unknown) => this.#logger.error({ err }, 'intake commit threw'))
       .finally(() => {
         this.#committing--;
         // Events that arrived during this commit go out now rather than after the timer.
@@ -156,6 +144,7 @@ export class DurableIntake implements Intake {
 
   async #commit(batch: Pending[]): Promise<void> {
     const marker = `p:${randomBytes(8).toString('hex')}`;
+    const started = performance.now();
     const endTimer = intakeCommitSeconds.startTimer();
     intakeBatchEvents.observe(batch.length);
     let reserved: Pending[] = [];
@@ -169,7 +158,7 @@ export class DurableIntake implements Intake {
           const res = await pipelineByTag(
             this.#redis,
             groups,
-            ([tid]) => tenantTag(tid),
+            ([tenantId]) => tenantTag(tenantId),
             (pipe, [, ps]) =>
               (pipe as unknown as PipeCommands).dedupReserve(
                 ps.length,
@@ -202,18 +191,20 @@ export class DurableIntake implements Intake {
           for (const p of foreign) void this.#awaitForeign(p);
           if (reserved.length === 0) {
             intakeBatchesTotal.inc({ outcome: 'duplicate' });
+            publishCommit(batch.length, 'duplicate', started, []);
             return;
           }
           const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
-          await this.#queue.add('batch', data, INTAKE_JOB_OPTS);
+          await this.#queue.add('batch', data, JOB_OPTS);
           added = true;
         })(),
         COMMIT_TIMEOUT_MS,
       );
     } catch (err) {
-      this.#logger.warn({ err: (err as Error).message, events: batch.length }, 'intake commit failed');
+      this.#logger.warn({ err, events: batch.length }, 'intake commit failed');
       intakeBatchesTotal.inc({ outcome: added ? 'committed' : 'failed' });
       endTimer();
+      publishCommit(batch.length, added ? 'committed' : 'failed', started, added ? reserved : [], err);
       const failure = errors.unavailable('durable storage cannot take the event right now', {
         cause: err,
         retryAfter: 1,
@@ -231,23 +222,23 @@ export class DurableIntake implements Intake {
     // Durable. Before answering, promote the markers to the full window and write each event's
     // record, so a GET right after the 202 finds the event (its deliveries appear at fan-out).
     // Neither write owns anything: if they fail the answer is still 202, and the worker promotes
-    // the markers and writes the record when it processes the job.
+    // the markers (promoteDedup) and writes the record (RecordWriter.created) when it processes
+    // the job.
     const promoted = await acceptEvents(
       this.#redis,
       this.#keys,
       reserved.map((p) => ({
-        tid: p.event.tenantId,
-        id: p.event.id,
+        tenantId: p.event.tenantId,
+        eventId: p.event.id,
         meta: recordMeta(p.event.id, p.event.type, p.event.receivedAt),
-        endpointIds: [],
       })),
       this.#windowMs,
     );
     const promoteErr = firstError(promoted);
-    if (promoteErr)
-      this.#logger.warn({ err: promoteErr.message }, 'dedup promote failed; worker will promote');
+    if (promoteErr) this.#logger.warn({ err: promoteErr }, 'dedup promote failed; worker will promote');
     intakeBatchesTotal.inc({ outcome: 'committed' });
     endTimer();
+    publishCommit(batch.length, 'committed', started, reserved);
     for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
   }
 
@@ -297,20 +288,18 @@ export function recordMeta(id: string, type: string, receivedAt: number): string
   return JSON.stringify({ id, type, receivedAt });
 }
 
-/** One event made durable: its dedup marker is promoted and (unless `meta` is undefined) its record created. */
+/** One event made durable: its dedup marker is promoted and its record (meta) created. */
 export interface AcceptedEvent {
-  tid: string;
-  id: string;
-  /** Record meta JSON; undefined = promote the marker only (e.g. an unknown tenant). */
-  meta: string | undefined;
-  /** Endpoints the event fanned out to: a pending record each, unless one exists. */
-  endpointIds: readonly string[];
+  tenantId: string;
+  eventId: string;
+  /** Record meta JSON (recordMeta). */
+  meta: string;
 }
 
 /**
- * Promotes the dedup markers of durable events to "done" for the window and creates their delivery
- * records (`commands/events-accept-n.lua`): ONE Lua call per tenant, one pipeline on standalone
- * Redis. Idempotent (HSETNX). The intake calls it after the job add (meta only, no endpoints).
+ * Promotes the dedup markers of durable events to "done" for the window and creates their records
+ * (`commands/events-accept-2n.lua`): ONE Lua call per tenant, one pipeline on standalone Redis.
+ * Idempotent (HSETNX). The per-endpoint pending records are the worker's, written at fan-out.
  * Returns pipelineByTag's per-tenant results.
  */
 export async function acceptEvents(
@@ -322,27 +311,36 @@ export async function acceptEvents(
   const r = withCommands(redis);
   return pipelineByTag(
     r,
-    groupByTenant(events, (e) => e.tid),
-    ([tid]) => tenantTag(tid),
-    (pipe, [tid, evs]) => {
+    groupByTenant(events, (e) => e.tenantId),
+    ([tenantId]) => tenantTag(tenantId),
+    (pipe, [tenantId, evs]) => {
       const ks: string[] = [];
       const args: (string | number)[] = [windowMs, RECORD_TTL_S];
       for (const e of evs) {
-        ks.push(keys.dedup(tid, e.id), keys.event(tid, e.id));
-        if (e.meta === undefined) args.push('', 0);
-        else {
-          args.push(e.meta, e.endpointIds.length);
-          for (const ep of e.endpointIds) args.push(`ep:${ep}`, pendingRecord(ep));
-        }
+        ks.push(keys.dedup(tenantId, e.eventId), keys.event(tenantId, e.eventId));
+        args.push(e.meta);
       }
       (pipe as unknown as PipeCommands).eventsAccept(ks.length, ...ks, ...args);
     },
   );
 }
 
-/** A pending DeliveryRecord's JSON (what fan-out writes before the first attempt). */
-function pendingRecord(endpointId: string): string {
-  return `{"endpointId":${JSON.stringify(endpointId)},"status":"pending","attempts":0}`;
+/** Tells `spillway:router:intake-commit` subscribers how a group commit ended. */
+function publishCommit(
+  events: number,
+  outcome: 'committed' | 'failed' | 'duplicate',
+  started: number,
+  durable: readonly Pending[],
+  error?: unknown,
+): void {
+  if (!channels.intakeCommit.hasSubscribers) return;
+  channels.intakeCommit.publish({
+    events,
+    outcome,
+    durationMs: performance.now() - started,
+    eventIds: durable.map((p) => ({ tenantId: p.event.tenantId, eventId: p.event.id })),
+    ...(error === undefined ? {} : { error }),
+  });
 }
 
 export function createIntake(rt: {
@@ -357,21 +355,5 @@ export function createIntake(rt: {
     logger: rt.logger,
     dedupWindowMs: rt.config.dedupWindowMs,
     groupCommitMs: rt.config.groupCommitMs,
-  });
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      (e) => {
-        clearTimeout(t);
-        reject(e);
-      },
-    );
   });
 }

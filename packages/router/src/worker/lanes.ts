@@ -1,0 +1,188 @@
+import type { DeliveryTask } from './fanout.ts';
+
+/**
+ * Whoever owns a task durably while it is in a worker's memory: an intake or retry job (it completes
+ * when all of its tasks have settled) or a spill record (its offset resolves). `settle` is called
+ * exactly once per task, after the task left memory through a durable hand-off.
+ */
+export interface Owner {
+  settle(): void;
+}
+
+/** A job's tasks: the job completes when the last one settles. */
+export class JobOwner implements Owner {
+  /** Jobs hold worker slots; lanes count the jobs they pin (Lane#pin). */
+  readonly pinsSlot = true;
+  #left: number;
+  readonly done: Promise<void>;
+  #resolve!: () => void;
+
+  constructor(n: number) {
+    this.#left = n;
+    this.done = new Promise<void>((r) => {
+      this.#resolve = r;
+    });
+    if (n === 0) this.#resolve();
+  }
+
+  settle(): void {
+    if (--this.#left === 0) this.#resolve();
+  }
+}
+
+/** A task in memory, with the owner to tell when it has left. */
+export interface Held {
+  task: DeliveryTask;
+  owner: Owner;
+}
+
+/** A FIFO of held tasks with O(1) shift (an array and a head index, compacted as it drains). */
+export class Fifo {
+  #items: Held[] = [];
+  #head = 0;
+
+  get length(): number {
+    return this.#items.length - this.#head;
+  }
+
+  push(h: Held): void {
+    this.#items.push(h);
+  }
+
+  peek(): Held | undefined {
+    return this.#items[this.#head];
+  }
+
+  shift(): Held | undefined {
+    if (this.#head >= this.#items.length) return undefined;
+    const h = this.#items[this.#head]!;
+    this.#items[this.#head++] = undefined as never;
+    if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+      this.#items = this.#items.slice(this.#head);
+      this.#head = 0;
+    }
+    return h;
+  }
+
+  /** Removes and returns every task for which `pick` is true, keeping the order of the rest. */
+  take(pick: (h: Held) => boolean): Held[] {
+    const out: Held[] = [];
+    const keep: Held[] = [];
+    for (let i = this.#head; i < this.#items.length; i++) {
+      const h = this.#items[i]!;
+      (pick(h) ? out : keep).push(h);
+    }
+    this.#items = keep;
+    this.#head = 0;
+    return out;
+  }
+}
+
+/** How far ahead of its delivery rate a lane may hold tasks (see Lane#room). */
+export const LOOKAHEAD_S = 1;
+/** A lane with work but no completion for this long is stalled: it gives its waiting tasks back. */
+export const STALL_MS = 1000;
+/** Lane rates are measured over ticks of this length (an EWMA). */
+export const TICK_MS = 100;
+
+/**
+ * One tenant's work in one worker. Each task holds one of the tenant's credits while it is here,
+ * and moves: queue → active (handed to delivery, at most `concurrency`) → settled. The lane measures
+ * its own delivery rate:
+ *   - a tenant that delivers keeps what its jobs bring (up to its credits) and never touches Kafka;
+ *   - a lane that stops delivering (work on the wire, no completion for STALL_MS) is stalled: it
+ *     gives its queue back to the spill log and takes nothing more until something completes, so a
+ *     hanging tenant holds only what is on the wire;
+ *   - the drainer brings spilled work back only while the queue is below about LOOKAHEAD_S of the
+ *     lane's rate (Lane#room), so a slow tenant's backlog stays in Kafka, not in memory.
+ */
+export class Lane {
+  readonly tenantId: string;
+  readonly queue = new Fifo();
+  /** Tasks that have their rate tokens and go before the queue. */
+  readonly ready = new Fifo();
+  /** Tasks waiting for rate tokens (they hold a credit, not a slot). */
+  rating = 0;
+  active = 0;
+  /** Completions since the last tick, and the EWMA rate (per second) of earlier ticks. */
+  #done = 0;
+  rate = 0;
+  #measured = false;
+  /** Last completion (or the time the lane started waiting with nothing active). */
+  lastProgress = Date.now();
+  /** Jobs that tasks in this lane keep active, and how many tasks each. */
+  readonly #pins = new Map<Owner, number>();
+
+  constructor(tenantId: string) {
+    this.tenantId = tenantId;
+  }
+
+  /** Tasks this lane holds now (waiting for a slot or on the wire). */
+  get size(): number {
+    return this.queue.length + this.ready.length + this.rating + this.active;
+  }
+
+  /** How many tasks may wait for a slot: about LOOKAHEAD_S of the measured rate, at least `concurrency`. */
+  lookahead(concurrency: number, maxInFlight: number): number {
+    const byRate = this.#measured ? Math.ceil(this.rate * LOOKAHEAD_S) : concurrency * 4;
+    return Math.max(1, Math.min(maxInFlight, Math.max(concurrency, byRate)));
+  }
+
+  /** Whether the drainer may bring one more task into the queue. */
+  room(concurrency: number, maxInFlight: number): boolean {
+    return this.queue.length < this.lookahead(concurrency, maxInFlight);
+  }
+
+  /**
+   * Counts a job's task into the lane; false when that job would be one more than `share` jobs
+   * this lane keeps active (the task must go elsewhere: the job is not pinned by it).
+   */
+  pin(owner: Owner, share: number): boolean {
+    if (!(owner as JobOwner).pinsSlot) return true;
+    const n = this.#pins.get(owner);
+    if (n === undefined && this.#pins.size >= share) return false;
+    this.#pins.set(owner, (n ?? 0) + 1);
+    return true;
+  }
+
+  unpin(owner: Owner): void {
+    const n = this.#pins.get(owner);
+    if (n === undefined) return;
+    if (n <= 1) this.#pins.delete(owner);
+    else this.#pins.set(owner, n - 1);
+  }
+
+  /** Jobs this lane keeps active now. */
+  get pinned(): number {
+    return this.#pins.size;
+  }
+
+  /** EWMA of how long a delivered attempt took here (ms); 0 until one was. */
+  latency = 0;
+
+  /** An attempt ended; `tookMs` is given for delivered ones (they set the stall threshold). */
+  completed(now: number, tookMs?: number): void {
+    this.#done++;
+    this.lastProgress = now;
+    if (tookMs !== undefined) this.latency = this.latency === 0 ? tookMs : this.latency * 0.8 + tookMs * 0.2;
+  }
+
+  /** Folds the tick's completions into the rate. */
+  tick(): void {
+    if (this.#done > 0 || this.active > 0) {
+      const r = (this.#done * 1000) / TICK_MS;
+      this.rate = this.#measured ? this.rate * 0.7 + r * 0.3 : r;
+      this.#measured = this.#measured || this.#done > 0;
+    }
+    this.#done = 0;
+  }
+
+  /**
+   * Something is on the wire and nothing completed for STALL_MS — or for four of this lane's usual
+   * delivery times, when those are longer (a slow but answering receiver, or a busy process, is
+   * not a stalled one). Timeouts never lengthen it: only delivered attempts count.
+   */
+  stalled(now: number): boolean {
+    return this.active > 0 && now - this.lastProgress > Math.max(STALL_MS, 4 * this.latency);
+  }
+}

@@ -1,0 +1,36 @@
+import { type Role, type Started, start } from '@spillway/router/testing';
+import { createKeys, type Keys } from '@spillway/shared';
+import { Redis } from 'ioredis';
+import { testEnv } from '../../../test/helpers/env.ts';
+
+/** A real `start(role)` on the suite's Redis and Kafka, with what the admin tests reach for. */
+export interface StartedRouter {
+  s: Started;
+  env: Record<string, string>;
+  /** http://127.0.0.1:<admin port> */
+  base: string;
+  /** A connection of the test's own (not the router's). */
+  redis: Redis;
+  keys: Keys;
+  close(): Promise<void>;
+}
+
+export async function startRouter(
+  role: Role,
+  overrides: Record<string, string> = {},
+): Promise<StartedRouter> {
+  const env = testEnv(overrides);
+  const s = await start(role, env);
+  const redis = new Redis(env.SPILLWAY_REDIS_URL!);
+  return {
+    s,
+    env,
+    base: `http://127.0.0.1:${s.adminPort}`,
+    redis,
+    keys: createKeys(env.SPILLWAY_PREFIX!),
+    async close() {
+      await s.close();
+      redis.disconnect();
+    },
+  };
+}

@@ -1,0 +1,174 @@
+import {
+  BatchedWriter,
+  errors,
+  generateWhsec,
+  parseScriptName,
+  parseWhsec,
+  retryDelayMs,
+  retryForever,
+  toResponse,
+  withTimeout,
+} from '@spillway/shared';
+import { describe, expect, it } from 'vitest';
+
+describe('retryForever', () => {
+  it('tries until the work succeeds, with capped doubling pauses', async () => {
+    const seen: number[] = [];
+    const ok = await retryForever(
+      async (n) => {
+        if (n < 2) throw new Error(`try ${n}`);
+      },
+      (_err, n) => {
+        seen.push(n);
+        return undefined;
+      },
+    );
+    expect(ok).toBe(true);
+    expect(seen).toEqual([0, 1]);
+    expect([0, 1, 2, 3, 4, 5, 9].map(retryDelayMs)).toEqual([200, 400, 800, 1600, 3000, 3000, 3000]);
+  });
+
+  it('stops when onError says false', async () => {
+    let tries = 0;
+    const ok = await retryForever(
+      async () => {
+        tries++;
+        throw new Error('down');
+      },
+      () => false,
+    );
+    expect(ok).toBe(false);
+    expect(tries).toBe(1);
+  });
+});
+
+describe('withTimeout', () => {
+  it('passes a settled value through and rejects a late one', async () => {
+    await expect(withTimeout(Promise.resolve(7), 50)).resolves.toBe(7);
+    await expect(withTimeout(new Promise(() => {}), 20)).rejects.toThrow('timed out after 20 ms');
+  });
+});
+
+describe('BatchedWriter', () => {
+  it('collects what arrives within flushMs into one write', async () => {
+    let buf: number[] = [];
+    const writes: number[][] = [];
+    const w = new BatchedWriter<number[]>({
+      flushMs: 20,
+      take: () => {
+        const b = buf;
+        buf = [];
+        return b.length ? b : undefined;
+      },
+      write: async (b) => {
+        writes.push(b);
+      },
+    });
+    for (const n of [1, 2, 3]) {
+      buf.push(n);
+      w.schedule();
+    }
+    expect(writes).toEqual([]);
+    await new Promise((r) => setTimeout(r, 60));
+    expect(writes).toEqual([[1, 2, 3]]);
+    buf.push(4);
+    await w.flush();
+    expect(writes).toEqual([[1, 2, 3], [4]]);
+  });
+
+  it('serial: one write at a time, what arrives meanwhile goes in the next; a failed write stops the loop', async () => {
+    let buf: number[] = [];
+    const writes: number[][] = [];
+    let running = 0;
+    let maxRunning = 0;
+    let fail = false;
+    const w = new BatchedWriter<number[]>({
+      flushMs: 1000,
+      serial: true,
+      take: () => {
+        const b = buf;
+        buf = [];
+        return b.length ? b : undefined;
+      },
+      write: async (b) => {
+        running++;
+        maxRunning = Math.max(maxRunning, running);
+        await new Promise((r) => setTimeout(r, 10));
+        running--;
+        writes.push(b);
+        if (fail) {
+          buf.unshift(...b); // put back, as TenantCounters does
+          throw new Error('down');
+        }
+      },
+    });
+    buf.push(1);
+    const first = w.flush();
+    expect(w.busy).toBe(true);
+    await new Promise((r) => setTimeout(r, 2)); // the first write is running now
+    buf.push(2, 3);
+    void w.flush(); // joins the running loop
+    await first;
+    expect(writes).toEqual([[1], [2, 3]]);
+    expect(maxRunning).toBe(1);
+    expect(w.busy).toBe(false);
+
+    fail = true;
+    buf.push(4);
+    await w.flush();
+    // Put back and not retried at once: the owner schedules the retry.
+    expect(writes).toEqual([[1], [2, 3], [4]]);
+    expect(buf).toEqual([4]);
+  });
+});
+
+describe('Lua script names', () => {
+  it('follow <name>-<numkeys>.lua: a fixed count, or <k>n for k keys per item', () => {
+    expect(parseScriptName('lease-1')).toEqual({ command: 'lease', numberOfKeys: 1 });
+    expect(parseScriptName('dedup-reserve-1n')).toEqual({ command: 'dedupReserve', numberOfKeys: undefined });
+    expect(parseScriptName('events-accept-2n')).toEqual({ command: 'eventsAccept', numberOfKeys: undefined });
+    expect(() => parseScriptName('dedup-reserve-n')).toThrow(/<name>-<numkeys>/);
+  });
+});
+
+describe('whsec_ secrets', () => {
+  it('need the prefix and base64; the key is the decoded part', () => {
+    const s = generateWhsec(32);
+    expect(s.startsWith('whsec_')).toBe(true);
+    expect(parseWhsec(s)).toHaveLength(32);
+    expect(parseWhsec(`whsec_${Buffer.from('0123456789abcdef').toString('base64')}`)?.toString()).toBe(
+      '0123456789abcdef',
+    );
+    expect(parseWhsec(Buffer.alloc(24, 1).toString('base64'))).toBeUndefined();
+    expect(parseWhsec('whsec_not base64!')).toBeUndefined();
+    expect(parseWhsec('whsec_')).toBeUndefined();
+  });
+});
+
+describe('toResponse', () => {
+  it('answers catalog errors with their status, code and Retry-After', () => {
+    const r = toResponse(errors.unavailable('busy', { retryAfter: 2 }));
+    expect(r.status).toBe(503);
+    expect(r.headers).toEqual({ 'retry-after': '2' });
+    expect(r.body).toEqual({ error: { code: 'unavailable', message: 'busy' } });
+  });
+
+  it('maps Redis down to 503, framework 4xx by code, anything else to a 500 that hides the message', () => {
+    const down = toResponse(Object.assign(new Error('Connection is closed.'), {}));
+    expect([down.status, down.body.error.code, down.headers['retry-after']]).toEqual([
+      503,
+      'unavailable',
+      '1',
+    ]);
+    const json = toResponse(
+      Object.assign(new Error('bad json'), { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }),
+    );
+    expect([json.status, json.body.error.code]).toEqual([400, 'invalid_json']);
+    const media = toResponse(Object.assign(new Error('nope'), { statusCode: 415 }));
+    expect([media.status, media.body.error.code]).toEqual([415, 'unsupported_media_type']);
+    const boom = toResponse(new Error('secret detail'));
+    expect(boom.status).toBe(500);
+    expect(boom.body).toEqual({ error: { code: 'internal', message: 'internal error' } });
+    expect(boom.error.cause).toBeInstanceOf(Error);
+  });
+});
