@@ -18,7 +18,7 @@ const BLOCKED_WAIT_MS = 1000;
  * a hanging endpoint — is cycled through Kafka at a bounded rate instead of one look-ahead per
  * second for as long as it lasts.
  */
-const MAX_BLOCKED_WAIT_MS = 8000;
+const MAX_BLOCKED_WAIT_MS = 2000;
 /**
  * The same batch with nothing behind it (it reaches the partition's end) waits this long instead:
  * re-appending would only cycle a paused backlog through Kafka for nobody's benefit. It still wakes
