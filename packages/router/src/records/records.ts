@@ -18,6 +18,11 @@ import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
  * (tasks are owned by jobs/offsets), so writes are batched and best-effort.
  */
 export const RECORD_TTL_S = 7 * 24 * 3600;
+
+/** The `meta` field of an event's record (written by the intake at accept, and again by the worker if missing). */
+export function recordMeta(eventId: string, type: string, receivedAt: number): string {
+  return JSON.stringify({ id: eventId, type, receivedAt });
+}
 const FLUSH_MS = 5;
 
 type Write =
@@ -44,7 +49,7 @@ export class RecordWriter {
     receivedAt: number,
     endpointIds: readonly string[],
   ): void {
-    const meta = JSON.stringify({ id: eventId, type, receivedAt });
+    const meta = recordMeta(eventId, type, receivedAt);
     this.#push({
       kind: 'create',
       key: this.#keys.event(tenantId, eventId),
