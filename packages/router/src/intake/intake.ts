@@ -16,7 +16,7 @@ import type { Queue } from 'bullmq';
 import { type PipeCommands, type RouterCommands, withCommands } from '../commands/index.ts';
 import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from '../metrics.ts';
 import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
-import { RECORD_TTL_S } from '../records/records.ts';
+import { RECORD_TTL_S, recordMeta } from '../records/records.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
@@ -303,11 +303,6 @@ export async function fanoutRecords(
   );
   const err = firstError(res);
   if (err) throw err;
-}
-
-/** The `meta` field of an event's delivery record. */
-export function recordMeta(id: string, type: string, receivedAt: number): string {
-  return JSON.stringify({ id, type, receivedAt });
 }
 
 /** One event made durable: its dedup marker is promoted and its record (meta) created. */

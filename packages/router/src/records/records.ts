@@ -19,6 +19,11 @@ import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
  * (tasks are owned by jobs/offsets), so writes are batched and best-effort.
  */
 export const RECORD_TTL_S = 7 * 24 * 3600;
+
+/** The `meta` field of an event's record (written by the intake at accept, and again by the worker if missing). */
+export function recordMeta(eventId: string, type: string, receivedAt: number): string {
+  return JSON.stringify({ id: eventId, type, receivedAt });
+}
 const FLUSH_MS = 5;
 
 /** One attempt's record (the pending ones are written at fan-out: intake's fanoutRecords). */

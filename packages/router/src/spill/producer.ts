@@ -148,7 +148,9 @@ export class SpillProducer {
   }
 
   async close(): Promise<void> {
-    await this.#writer.flush();
+    // Everything handed in before the producer is closed is sent (or abandoned below).
+    do await this.#writer.flush();
+    while (this.#writer.busy);
     this.#closed = true;
     await this.#producer?.disconnect().catch(() => {});
   }

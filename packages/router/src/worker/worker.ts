@@ -1,10 +1,10 @@
 import { createRedis, type RedisClient } from '@spillway/shared';
 import { type Job, Queue, Worker } from 'bullmq';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
-import { type FannedOutEvent, fanoutRecords, type IntakeJobData, recordMeta } from '../intake/intake.ts';
+import { type FannedOutEvent, fanoutRecords, type IntakeJobData } from '../intake/intake.ts';
 import { tasksDiscardedTotal } from '../metrics.ts';
 import { TenantCounters } from '../records/counters.ts';
-import { RecordWriter } from '../records/records.ts';
+import { RecordWriter, recordMeta } from '../records/records.ts';
 import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
