@@ -34,7 +34,13 @@ describe('invariant 5: a rate-limited task waits without holding a concurrency s
 describe('invariant 3: a hanging tenant cannot fill a worker’s job slots', () => {
   it('another tenant’s events are delivered promptly while 300 single-event jobs of a hanging tenant wait', async () => {
     const s = await routerHarness(cleanup);
-    const hang = await s.receiver(() => ({ status: 200, delayMs: 12_000 }));
+    let open = 0;
+    let maxOpen = 0;
+    const hang = await s.receiver(() => {
+      maxOpen = Math.max(maxOpen, ++open);
+      setTimeout(() => open--, 12_000);
+      return { status: 200, delayMs: 12_000 };
+    });
     const ok = await s.receiver();
     const slow = await makeTenant(s.store, { concurrency: 2, maxInFlight: 1000 });
     const calm = await makeTenant(s.store, { concurrency: 4 });
@@ -50,7 +56,9 @@ describe('invariant 3: a hanging tenant cannot fill a worker’s job slots', () 
     await waitFor(() => ok.got.size >= 20, 'the calm tenant’s 20 deliveries', 20_000);
     // Well before any of the slow tenant's requests could time out or be answered.
     expect(Date.now() - sentAt).toBeLessThan(8_000);
-    expect(hang.requests).toBeLessThanOrEqual(2);
+    // The slow tenant never had more than its concurrency on the wire (how many rounds of 12 s
+    // fit in the test depends on the machine's speed; the bound does not).
+    expect(maxOpen).toBeLessThanOrEqual(2);
   });
 });
 

@@ -81,6 +81,8 @@ export class Engine {
   #wakeTimer: NodeJS.Timeout | undefined;
   #lastRefresh = 0;
   #closed = false;
+  /** Shutting down: nothing new is dispatched, nothing new admitted (Engine#handOff). */
+  #leaving = false;
 
   constructor(deps: EngineDeps) {
     this.#d = deps;
@@ -227,7 +229,7 @@ export class Engine {
   #offer(h: Held, from: 'job' | 'drain'): Admission {
     const { task } = h;
     const v = this.#views.get(task.tenantId);
-    if (!v) return 'blocked';
+    if (!v || this.#leaving) return 'blocked';
     const fate = this.#fate(v, task);
     if (fate === 'blocked') return 'blocked';
     if (fate !== 'run') {
@@ -284,7 +286,7 @@ export class Engine {
   #pump(lane: Lane): void {
     const v = this.#views.get(lane.tenantId);
     const tenant = v?.tenant;
-    if (!tenant) return;
+    if (!tenant || this.#leaving) return;
     const { concurrency } = limits(tenant);
     while (lane.active < concurrency && (lane.ready.length > 0 || lane.queue.length > 0)) {
       const fromReady = lane.ready.length > 0;
@@ -317,7 +319,7 @@ export class Engine {
     }
     // Paused, disabled or deleted while it waited for tokens: it goes where recheck would send it.
     const v = this.#views.get(lane.tenantId);
-    const fate = v ? this.#fate(v, h.task) : 'blocked';
+    const fate = v && !this.#leaving ? this.#fate(v, h.task) : 'blocked';
     if (fate !== 'run') {
       this.#out(lane, h);
       this.#divert(h, fate === 'blocked' ? 'spill' : fate);
@@ -435,6 +437,21 @@ export class Engine {
       this.#spill(h);
     }
     this.#wake();
+  }
+
+  /**
+   * Graceful shutdown, step one (SIGTERM, a preStop hook): admit and dispatch nothing more, and give
+   * every task that is not on the wire to the spill log (tasks waiting for rate tokens follow as
+   * they get them). Resolves when only requests on the wire are left, or after `graceMs`; the
+   * caller then closes delivery, which ends those with a retry. Every task thus reaches its next
+   * durable owner and the jobs and offsets that held them can complete.
+   */
+  async handOff(graceMs: number): Promise<void> {
+    this.#leaving = true;
+    for (const lane of this.#lanes.values()) this.#unload(lane);
+    const until = Date.now() + graceMs;
+    const onWire = () => [...this.#lanes.values()].reduce((n, l) => n + l.active + l.rating, 0);
+    while (onWire() > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
   }
 
   // --- stats -----------------------------------------------------------------------------------

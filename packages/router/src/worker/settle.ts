@@ -12,6 +12,9 @@ import type { RetryScheduler } from '../retry/scheduler.ts';
 import type { AttemptOutcome, DeliveryPort } from './deliver.ts';
 import type { DeliveryTask } from './fanout.ts';
 
+/** A task whose attempt this worker's shutdown ended is retried this soon, at the same attempt number. */
+const SHUTDOWN_RETRY_MS = 1000;
+
 /** Why a task went to the DLQ without (another) attempt. Every one stays replayable. */
 export type DeadLetterReason = 'endpoint_disabled';
 
@@ -88,6 +91,11 @@ export class Settler {
     if (outcome.kind === 'deferred') {
       // No attempt was made (breaker open): same attempt number, later.
       await this.#retry(task, outcome.retryAfterMs);
+      return;
+    }
+    if (outcome.kind === 'retry' && outcome.error === 'shutdown') {
+      // Ended by this worker's shutdown, not by the endpoint: not an attempt, back on in a second.
+      await this.#retry(task, SHUTDOWN_RETRY_MS);
       return;
     }
     rec.lastError = outcome.error;

@@ -30,6 +30,9 @@ import { Settler } from './settle.ts';
  */
 const CONCURRENCY = 256;
 
+/** On close, how long requests already on the wire may take before they are ended (and retried). */
+const SHUTDOWN_GRACE_MS = 5000;
+
 export interface WorkerHandle extends RoleHandle {
   readonly engine: Engine;
   readonly drainer: Drainer;
@@ -187,15 +190,19 @@ export async function createWorker(
     close() {
       closing ??= (async () => {
         await stopStats();
+        // Claim nothing more; tasks not on the wire go to the spill log; requests on the wire get
+        // SHUTDOWN_GRACE_MS to finish, then closing delivery ends them with a retry (job added).
+        await Promise.all([intakeWorker.pause(true), retryWorker.pause(true)]).catch(() => {});
+        await engine.handOff(SHUTDOWN_GRACE_MS);
+        await delivery.close();
         await drainer.close();
-        // Waits for active jobs: their tasks finish or are handed off (spilled) first.
+        // Active jobs complete as their last tasks reach their next owner.
         await Promise.all([intakeWorker.close(), retryWorker.close()]);
         await retries.close();
         await spill.close();
         await records.flush();
         await counters.close();
         engine.close();
-        await delivery.close();
         await retryQueue.close().catch(() => {});
         await cache.close();
         intakeConn.disconnect();
