@@ -621,12 +621,17 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     });
 
     it('503 with Retry-After once the in-flight body budget is spent; accepted again when it frees', async () => {
-      const s = await serve({ bodyBudgetBytes: 100_000 });
+      const s = await serve({
+        bodyBudgetBytes: 100_000,
+        sourceBudgetBytes: 100_000,
+        clientBudgetBytes: 100_000,
+        minBodyBytesPerSecond: 0,
+      });
       const src = source('github');
       const body = Buffer.alloc(80_000, 0x62);
       const id = randomBytes(6).toString('hex');
       const headers = await signed2(src, body, id);
-      // Holds 80 000 bytes of budget: headers and half the body, then waits.
+      // Holds 40 000 bytes of budget (bytes are taken as they arrive): headers and half the body.
       const sock = net.connect(s.port, '127.0.0.1');
       closers.push(() => void sock.destroy());
       await new Promise((r) => sock.once('connect', r));
@@ -636,7 +641,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       sock.write(`POST /ingest/${src.id} HTTP/1.1\r\n${head}\r\n`);
       sock.write(body.subarray(0, 40_000));
       const reply = collect(sock);
-      await waitUntil(() => s.pipeline.inFlightBodyBytes === 80_000, 'the first request to reserve its body');
+      await waitUntil(() => s.pipeline.inFlightBodyBytes === 40_000, 'the first request to hold its bytes');
       const second = await post(
         `${s.base}/ingest/${src.id}`,
         body,
@@ -656,6 +661,80 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           )
         ).status,
       ).toBe(202);
+    });
+
+    /** Opens `n` connections from `localAddress` that send a head declaring `declared` body bytes, then `sent` of them, and stall. */
+    async function holders(
+      port: number,
+      n: number,
+      path: (i: number) => string,
+      declared: number,
+      sent: number,
+      localAddress = '127.0.0.1',
+    ): Promise<net.Socket[]> {
+      const socks: net.Socket[] = [];
+      closers.push(() => {
+        for (const sock of socks) sock.destroy();
+      });
+      await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const sock = net.connect({ port, host: '127.0.0.1', localAddress });
+          sock.on('error', () => {});
+          sock.on('data', () => {});
+          socks.push(sock);
+          await new Promise((r) => sock.once('connect', r));
+          // A well-formed signature that cannot match: nothing here can be verified before the body.
+          sock.write(
+            `POST ${path(i)} HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: h${i}\r\nContent-Length: ${declared}\r\n\r\n`,
+          );
+          if (sent > 0) sock.write(Buffer.alloc(sent, 0x61));
+        }),
+      );
+      return socks;
+    }
+
+    const keepsAccepting = async (base: string, body: Buffer, times = 10) => {
+      const src = source('github', { maxBodyBytes: 1024 * 1024 });
+      const statuses: number[] = [];
+      for (let i = 0; i < times; i++)
+        statuses.push(
+          (
+            await post(
+              `${base}/ingest/${src.id}`,
+              body,
+              await signed2(src, body, randomBytes(6).toString('hex')),
+            )
+          ).status,
+        );
+      return statuses;
+    };
+
+    it('64 header-only requests declaring 1 MiB each hold no budget: another source keeps getting 202', async () => {
+      const victim = source('github', { maxBodyBytes: 1024 * 1024 });
+      await holders(main.port, 64, () => `/ingest/${victim.id}`, 1024 * 1024, 0);
+      // Give every head time to reach the pipeline (the attack held 64 MiB within milliseconds).
+      await new Promise((r) => setTimeout(r, 500));
+      expect(main.pipeline.inFlightBodyBytes).toBeLessThan(1024 * 1024);
+      const statuses = await keepsAccepting(main.base, Buffer.from(rawBody({})));
+      expect(statuses).toEqual(Array(10).fill(202));
+    });
+
+    it('one client address holds at most its share of the budget, across sources', async () => {
+      // 4 MiB budget: per source 2 MiB, per client address 512 KiB (the defaults: 1/2 and 1/8).
+      const s = await serve({ bodyBudgetBytes: 4 * 1024 * 1024, minBodyBytesPerSecond: 0 });
+      const targets = [0, 1, 2, 3].map(() => source('github', { maxBodyBytes: 1024 * 1024 }));
+      // 32 bodies of 128 KiB half-sent from 127.0.0.2, spread over 4 sources (1 MiB each, under the
+      // source share): 4 MiB, the whole budget, if one address could hold it.
+      await holders(s.port, 32, (i) => `/ingest/${targets[i % 4]!.id}`, 1024 * 1024, 128 * 1024, '127.0.0.2');
+      await waitUntil(
+        () => s.pipeline.inFlightBodyBytes >= 512 * 1024 - 64 * 1024,
+        'the holders to take their share',
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      expect(s.pipeline.inFlightBodyBytes).toBeLessThanOrEqual(512 * 1024);
+      // A signed sender from 127.0.0.1 with a body the size of the attacker's whole share still fits.
+      const statuses = await keepsAccepting(s.base, Buffer.alloc(256 * 1024, 0x20), 5);
+      expect(statuses).toEqual(Array(5).fill(202));
     });
 
     it('200 concurrent slow senders (slow headers and slow bodies) are cut off by the timeouts', async () => {

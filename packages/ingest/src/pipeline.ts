@@ -10,7 +10,7 @@ import {
   type SpillwayEvent,
 } from '@spillway/shared';
 import ipaddr from 'ipaddr.js';
-import { BodyBudget } from './budget.ts';
+import { BodyBudget, SharedBodyBudget } from './budget.ts';
 import { ingestMetrics } from './metrics.ts';
 import type { BodySink, HeadDecision, IngestHandler, IngestResponse, RequestHead } from './server.ts';
 import { prepareVerifier, type Verifier } from './verify/index.ts';
@@ -26,6 +26,21 @@ export interface PipelineOptions {
   logger: Logger;
   /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
   bodyBudgetBytes: number;
+  /** Most of the budget one source's requests may hold at once. Default: half the budget. */
+  sourceBudgetBytes?: number;
+  /**
+   * Most of the budget one client address (IPv6: its /64) may hold at once. Default: an eighth of
+   * the budget.
+   */
+  clientBudgetBytes?: number;
+  /**
+   * A body that has not averaged this many bytes per second once `minBodyRateGraceMs` have passed
+   * loses what it holds and is answered 408 (it would otherwise hold budget until the request
+   * timeout). Default 16 KiB/s; 0 turns the check off.
+   */
+  minBodyBytesPerSecond?: number;
+  /** Time a body has before the minimum rate applies. Default 2000 ms. */
+  minBodyRateGraceMs?: number;
   /** Unix milliseconds (tests move time to check timestamp tolerances). */
   clock?: () => number;
   /** Retry-After (seconds) sent with 503 when the intake or the body budget cannot take more. */
@@ -50,6 +65,21 @@ const NO_SOURCE = '-';
 
 type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
 const parsedCidrs = new WeakMap<Source, Cidr[]>();
+
+/** The key a client's share is counted under: its address, or for IPv6 its /64. */
+function clientKey(remote: string): string {
+  try {
+    const addr = ipaddr.process(remote);
+    if (addr.kind() === 'ipv4') return addr.toString();
+    const parts = (addr as ipaddr.IPv6).parts;
+    return `${parts
+      .slice(0, 4)
+      .map((p) => p.toString(16))
+      .join(':')}::/64`;
+  } catch {
+    return remote;
+  }
+}
 
 function error(
   status: number,
@@ -77,6 +107,28 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
   const retryAfter = String(opts.retryAfterSeconds ?? 1);
   const m = ingestMetrics();
   const budget = new BodyBudget(opts.bodyBudgetBytes, (d) => m.inflightBodyBytes.inc(d));
+  const shared = new SharedBodyBudget(
+    budget,
+    opts.sourceBudgetBytes ?? Math.ceil(opts.bodyBudgetBytes / 2),
+    opts.clientBudgetBytes ?? Math.ceil(opts.bodyBudgetBytes / 8),
+  );
+  const minRate = opts.minBodyBytesPerSecond ?? 16 * 1024;
+  const rateGraceMs = opts.minBodyRateGraceMs ?? 2000;
+  /** Bodies still arriving, for the minimum-rate sweep. */
+  const reading = new Set<{ started: number; received: number; tooSlow(): void }>();
+  if (minRate > 0) {
+    const sweep = setInterval(
+      () => {
+        const now = performance.now();
+        for (const r of reading) {
+          const elapsed = now - r.started;
+          if (elapsed > rateGraceMs && r.received < (minRate * elapsed) / 1000) r.tooSlow();
+        }
+      },
+      Math.max(50, Math.min(1000, rateGraceMs / 2)),
+    );
+    sweep.unref();
+  }
 
   const answer = (source: string, outcome: string, r: IngestResponse): IngestResponse => {
     m.requests.inc({ source, outcome });
@@ -182,40 +234,51 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       }
     }
 
-    const declared = head.contentLength ?? 0;
-    if (!budget.tryReserve(declared)) {
+    // Nothing is reserved yet: bytes are taken from the budget as they arrive (a declared length
+    // costs nothing until it is sent; issue 15: 64 header-only requests declaring 1 MiB each held
+    // the whole budget). A budget with no room at all is refused before the body is read.
+    if (budget.used >= budget.limit) {
       return reject(
         sid,
         'over_budget',
         error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }),
       );
     }
-    return { accept: createSink(source, head, prepared.verifier, declared) };
+    return { accept: createSink(source, head, prepared.verifier) };
   }
 
-  function createSink(source: Source, head: RequestHead, verifier: Verifier, declared: number): BodySink {
+  function createSink(source: Source, head: RequestHead, verifier: Verifier): BodySink {
     const sid = source.id;
     const max = source.maxBodyBytes;
-    let reserved = declared;
+    const client = clientKey(head.remoteAddress);
+    let reserved = 0;
     let received = 0;
-    let state: 'reading' | 'too_large' | 'over_budget' | 'done' = 'reading';
-    // A declared length gets one buffer up front (no concat at the end). Chunks are always copied:
-    // a backend may hand us views of buffers it reuses (the io_uring provided-buffer ring).
-    let whole: Buffer | undefined = declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
+    let state: 'reading' | 'too_large' | 'over_budget' | 'too_slow' | 'done' = 'reading';
+    // Chunks are always copied: a backend may hand us views of buffers it reuses (the io_uring
+    // provided-buffer ring).
     let chunks: Buffer[] = [];
 
     const releaseAll = () => {
-      budget.release(reserved);
+      shared.release(sid, client, reserved);
       reserved = 0;
-      whole = undefined;
       chunks = [];
+      reading.delete(progress);
     };
+    const progress = {
+      started: performance.now(),
+      received: 0,
+      tooSlow() {
+        if (state !== 'reading') return;
+        state = 'too_slow';
+        releaseAll();
+      },
+    };
+    reading.add(progress);
 
     return {
       maxBodyBytes: max,
       write(chunk) {
         if (state !== 'reading') return;
-        const at = received;
         received += chunk.length;
         if (received > max) {
           // The backend stops at maxBodyBytes; this guards a backend that does not.
@@ -223,29 +286,27 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           releaseAll();
           return;
         }
-        if (received > reserved) {
-          if (!budget.tryReserve(received - reserved)) {
-            state = 'over_budget';
-            releaseAll();
-            return;
-          }
-          reserved = received;
+        if (!shared.tryReserve(sid, client, chunk.length)) {
+          state = 'over_budget';
+          releaseAll();
+          return;
         }
+        reserved += chunk.length;
+        progress.received = received;
         verifier.update(chunk);
-        if (whole && received <= whole.length) chunk.copy(whole, at);
-        else {
-          if (whole) {
-            // More bytes than declared cannot pass an HTTP/1.1 parser; keep them honest anyway.
-            chunks.push(whole.subarray(0, at));
-            whole = undefined;
-          }
-          chunks.push(Buffer.from(chunk));
-        }
+        chunks.push(Buffer.from(chunk));
       },
       async end() {
         m.bodyBytes.inc({ source: sid }, received);
         const was = state;
         state = 'done';
+        reading.delete(progress);
+        if (was === 'too_slow')
+          return answer(
+            sid,
+            'too_slow',
+            error(408, 'request_timeout', 'body arrived too slowly', undefined, true),
+          );
         if (was === 'too_large')
           return answer(
             sid,
@@ -268,7 +329,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         if (was === 'done')
           return answer(sid, 'aborted', error(400, 'invalid_body', 'request already finished'));
         try {
-          const body = whole ? whole.subarray(0, received) : Buffer.concat(chunks);
+          const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
           const v = verifier.finish(body);
           if (!v.ok) {
             m.verifyFailures.inc({ source: sid, reason: v.reason });
