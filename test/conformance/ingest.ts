@@ -543,6 +543,66 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(statuses).toEqual([202, 202, 429]);
         expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
       });
+
+      it('junk does not spend the source rate: only verified requests do', async () => {
+        const limiter = createTestRateGate(REDIS_URL);
+        closers.push(() => limiter.close());
+        const s = await serve({ limiter });
+        const src = source('github', { rate: { perSecond: 0.01, burst: 2 } });
+        const body = rawBody({});
+        const junk: number[] = [];
+        for (let i = 0; i < 10; i++)
+          junk.push(
+            (
+              await post(`${s.base}/ingest/${src.id}`, body, {
+                'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+                'x-github-event': 'push',
+                'x-github-delivery': randomBytes(6).toString('hex'),
+              })
+            ).status,
+          );
+        expect(junk).toEqual(Array(10).fill(401));
+        const signedStatuses: number[] = [];
+        for (let i = 0; i < 3; i++)
+          signedStatuses.push(
+            (
+              await post(`${s.base}/ingest/${src.id}`, body, {
+                'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+                'x-github-event': 'push',
+                'x-github-delivery': randomBytes(6).toString('hex'),
+              })
+            ).status,
+          );
+        expect(signedStatuses).toEqual([202, 202, 429]);
+      });
+
+      it('an address that keeps sending what is refused gets 429 before any lookup; other addresses do not', async () => {
+        const s = await serve({ preAuthRate: { perSecond: 0.2, burst: 5 } });
+        const src = source('github');
+        const body = rawBody({});
+        const junk = {
+          'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+          'x-github-event': 'push',
+          'x-github-delivery': 'j',
+        };
+        const fromJunk: number[] = [];
+        for (let i = 0; i < 8; i++)
+          fromJunk.push((await postFrom(s.port, `/ingest/${src.id}`, body, junk, '127.0.0.3')).status);
+        expect(fromJunk).toEqual([401, 401, 401, 401, 401, 429, 429, 429]);
+        // Unknown sources and other paths count too (a scan for source ids).
+        expect((await postFrom(s.port, '/ingest/nope', body, {}, '127.0.0.3')).status).toBe(429);
+        const limited = await postFrom(s.port, `/ingest/${src.id}`, body, junk, '127.0.0.3');
+        expect(Number(limited.retryAfter)).toBeGreaterThanOrEqual(1);
+        // The provider, from its own address, is not affected.
+        const good = await postFrom(
+          s.port,
+          `/ingest/${src.id}`,
+          body,
+          await signed2(src, body, randomBytes(6).toString('hex')),
+          '127.0.0.1',
+        );
+        expect(good.status).toBe(202);
+      });
     });
 
     describe('body size cap', () => {
@@ -815,6 +875,40 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       await waitUntil(async () => (await send()).status === 202, 'a 202 once Redis is back', 15_000);
       expect((await ownIntake.accepted(tenantId)).length).toBeGreaterThanOrEqual(2);
     });
+  });
+}
+
+/** POSTs from a chosen loopback address (127.0.0.0/8 is all local): status and Retry-After. */
+function postFrom(
+  port: number,
+  path: string,
+  body: Buffer,
+  headers: Record<string, string>,
+  localAddress: string,
+): Promise<{ status: number; retryAfter: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: 'POST',
+        localAddress,
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': body.length, ...headers },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            retryAfter: res.headers['retry-after'] as string | undefined,
+          }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
   });
 }
 

@@ -12,6 +12,7 @@ import {
 import ipaddr from 'ipaddr.js';
 import { BodyBudget, SharedBodyBudget } from './budget.ts';
 import { ingestMetrics } from './metrics.ts';
+import { PreAuthLimiter, type PreAuthRate } from './preauth.ts';
 import type { BodySink, HeadDecision, IngestHandler, IngestResponse, RequestHead } from './server.ts';
 import { prepareVerifier, type Verifier } from './verify/index.ts';
 
@@ -20,8 +21,16 @@ export interface PipelineOptions {
   sources: SourceDirectory;
   /** The router's durable, deduplicating intake: resolves only once the event is durable. */
   intake: Intake;
-  /** Per-source ingest rate (429 past it). Absent: sources' `rate` is not enforced. */
+  /**
+   * Per-source ingest rate (429 past it), spent only by verified requests. Absent: sources' `rate`
+   * is not enforced.
+   */
   limiter?: RateGate;
+  /**
+   * Refused requests (bad signature, unknown source, ...) one client address may make, per process;
+   * past it the address gets 429 before anything is looked up. Default 20/s, burst 100.
+   */
+  preAuthRate?: PreAuthRate;
   keys: Keys;
   logger: Logger;
   /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
@@ -130,13 +139,23 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     sweep.unref();
   }
 
-  const answer = (source: string, outcome: string, r: IngestResponse): IngestResponse => {
+  const preAuth = new PreAuthLimiter(opts.preAuthRate ?? { perSecond: 20, burst: 100 });
+  /** Answers that say the client sent something we refuse: they spend its pre-auth allowance. */
+  const REFUSED = new Set([
+    'not_found',
+    'method_not_allowed',
+    'forbidden',
+    'too_large',
+    'unauthorized',
+    'invalid',
+    'too_slow',
+  ]);
+
+  const answerFor = (source: string, outcome: string, r: IngestResponse, client?: string): IngestResponse => {
     m.requests.inc({ source, outcome });
+    if (client !== undefined && REFUSED.has(outcome)) preAuth.spend(client);
     return r;
   };
-  const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({
-    reject: answer(source, outcome, r),
-  });
 
   function allowed(src: Source, remote: string): boolean {
     let cidrs = parsedCidrs.get(src);
@@ -163,6 +182,21 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
   }
 
   async function begin(head: RequestHead): Promise<HeadDecision> {
+    const client = clientKey(head.remoteAddress);
+    const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({
+      reject: answerFor(source, outcome, r, client),
+    });
+    // First stage, before any lookup: an address that keeps sending what we refuse waits.
+    const wait = preAuth.retryAfterMs(client);
+    if (wait > 0) {
+      return reject(
+        NO_SOURCE,
+        'pre_auth_limited',
+        error(429, 'rate_limited', 'too many refused requests from this address', {
+          'retry-after': String(Math.max(1, Math.ceil(wait / 1000))),
+        }),
+      );
+    }
     const route = ROUTE.exec(head.url.split('?', 1)[0] ?? '');
     let sourceId: string | undefined;
     try {
@@ -216,24 +250,6 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       );
     }
 
-    if (source.rate && limiter) {
-      try {
-        const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${sid}`), source.rate);
-        if (!took.ok) {
-          const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
-          return reject(
-            sid,
-            'rate_limited',
-            error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs }),
-          );
-        }
-      } catch (err) {
-        // Fail open: the limiter shares Redis with the intake, which decides durability and answers
-        // 503 itself if Redis is really gone; refusing here would only add a second failure mode.
-        logger.warn({ err: (err as Error).message, source: sid }, 'source rate check failed; admitting');
-      }
-    }
-
     // Nothing is reserved yet: bytes are taken from the budget as they arrive (a declared length
     // costs nothing until it is sent; issue 15: 64 header-only requests declaring 1 MiB each held
     // the whole budget). A budget with no room at all is refused before the body is read.
@@ -244,13 +260,28 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }),
       );
     }
-    return { accept: createSink(source, head, prepared.verifier) };
+    return { accept: createSink(source, head, prepared.verifier, client) };
   }
 
-  function createSink(source: Source, head: RequestHead, verifier: Verifier): BodySink {
+  /** The source's rate, spent only once the request is verified. null: admitted. */
+  async function sourceRate(source: Source): Promise<IngestResponse | null> {
+    if (!source.rate || !limiter) return null;
+    try {
+      const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${source.id}`), source.rate);
+      if (took.ok) return null;
+      const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
+      return error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs });
+    } catch (err) {
+      // Fail open: the limiter shares Redis with the intake, which decides durability and answers
+      // 503 itself if Redis is really gone; refusing here would only add a second failure mode.
+      logger.warn({ err: (err as Error).message, source: source.id }, 'source rate check failed; admitting');
+      return null;
+    }
+  }
+
+  function createSink(source: Source, head: RequestHead, verifier: Verifier, client: string): BodySink {
     const sid = source.id;
     const max = source.maxBodyBytes;
-    const client = clientKey(head.remoteAddress);
     let reserved = 0;
     let received = 0;
     let state: 'reading' | 'too_large' | 'over_budget' | 'too_slow' | 'done' = 'reading';
@@ -297,6 +328,8 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         chunks.push(Buffer.from(chunk));
       },
       async end() {
+        const answer = (source: string, outcome: string, r: IngestResponse) =>
+          answerFor(source, outcome, r, client);
         m.bodyBytes.inc({ source: sid }, received);
         const was = state;
         state = 'done';
@@ -339,6 +372,8 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
               error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message),
             );
           }
+          const limited = await sourceRate(source);
+          if (limited) return answer(sid, 'rate_limited', limited);
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
             id: v.id,
