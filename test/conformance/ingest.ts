@@ -11,12 +11,14 @@ import net from 'node:net';
 import { sign as githubSign } from '@octokit/webhooks-methods';
 import {
   createPipeline,
+  createRedisReplayGuard,
   type IngestPipeline,
   type IngestServer,
   type IngestServerOptions,
   type PipelineOptions,
 } from '@spillway/ingest';
 import { createKeys, createLogger, type Keys, registry, type Source } from '@spillway/shared';
+import { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -132,6 +134,8 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     const sources = new MemorySources();
     const servers: IngestServer[] = [];
     const closers: (() => Promise<void> | void)[] = [];
+    /** Closed after every test of the suite. */
+    const closersAll: (() => Promise<void> | void)[] = [];
     let main: Served;
 
     async function serve(
@@ -180,6 +184,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     });
     afterAll(async () => {
       for (const s of servers) await s.close().catch(() => {});
+      for (const c of closersAll) await c();
       intake.close();
     });
 
@@ -189,7 +194,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const delivery = randomBytes(8).toString('hex');
         const body = rawBody({ id: 'x', type: 'y' });
         const before = await metricValueAsync('spillway_ingest_requests_total', {
-          source: src.id,
+          kind: 'github',
           outcome: 'accepted',
         });
         const r = await post(`${main.base}/ingest/${src.id}`, body, {
@@ -211,7 +216,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           contentType: 'application/json; charset=utf-8',
         });
         expect(
-          await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' }),
+          await metricValueAsync('spillway_ingest_requests_total', { kind: 'github', outcome: 'accepted' }),
         ).toBe(before + 1);
         expect(main.pipeline.inFlightBodyBytes).toBe(0);
       });
@@ -226,7 +231,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           'x-github-delivery': id,
         });
         const failsBefore = await metricValueAsync('spillway_ingest_verify_failures_total', {
-          source: src.id,
+          kind: 'github',
         });
         expect(
           (
@@ -243,7 +248,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const r = await post(`${main.base}/ingest/${src.id}`, tampered, hdr(good));
         expect(r.status).toBe(401);
         expect(r.json).toMatchObject({ error: { code: 'unauthorized' } });
-        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id })).toBe(
+        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { kind: 'github' })).toBe(
           failsBefore + 3,
         );
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
@@ -436,6 +441,64 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const replies = await Promise.all(Array.from({ length: 8 }, () => githubPost(src, id)));
         expect(replies.map((r) => r.status).sort()).toEqual([200, 200, 200, 200, 200, 200, 200, 202]);
         expect(await accepted(id)).toHaveLength(1);
+      });
+    });
+
+    describe('replays with a fresh id (github, shopify: the id header is outside the HMAC)', () => {
+      const shopifySign = (secret: string, body: Buffer) =>
+        createHmac('sha256', secret).update(body).digest('base64');
+      let guarded: Served;
+      beforeAll(async () => {
+        const redis = new Redis(REDIS_URL);
+        closersAll.push(() => void redis.disconnect());
+        guarded = await serve({ replayGuard: createRedisReplayGuard(redis, keys, 60_000) });
+      });
+
+      it('github: one signed body under new ids or a new event header is a duplicate of the first', async () => {
+        const src = source('github');
+        const body = Buffer.from(`{"action":"opened","n":"${randomBytes(6).toString('hex')}"}`);
+        const sig = await githubSign(src.secret, body.toString('utf8'));
+        const send = (delivery: string, event = 'pull_request') =>
+          post(`${guarded.base}/ingest/${src.id}`, body, {
+            'x-hub-signature-256': sig,
+            'x-github-event': event,
+            'x-github-delivery': delivery,
+          });
+        const first = randomBytes(8).toString('hex');
+        expect((await send(first)).status).toBe(202);
+        const replay = await send(randomBytes(8).toString('hex'));
+        expect(replay.status).toBe(200);
+        expect(replay.json).toEqual({ id: first, duplicate: true });
+        const relabelled = await send(randomBytes(8).toString('hex'), 'push');
+        expect(relabelled.json).toEqual({ id: first, duplicate: true });
+        // GitHub's own redelivery: same body, same id.
+        expect((await send(first)).json).toEqual({ id: first, duplicate: true });
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
+        // Another body is another event.
+        const other = Buffer.from('{"action":"closed"}');
+        const r = await post(`${guarded.base}/ingest/${src.id}`, other, {
+          'x-hub-signature-256': await githubSign(src.secret, other.toString('utf8')),
+          'x-github-event': 'pull_request',
+          'x-github-delivery': randomBytes(8).toString('hex'),
+        });
+        expect(r.status).toBe(202);
+      });
+
+      it('shopify: a new X-Shopify-Webhook-Id on a seen body is a duplicate; the body is per source', async () => {
+        const a = source('shopify');
+        const b = source('shopify', { secret: a.secret });
+        const body = Buffer.from(`{"id":${Date.now()},"note":"${randomBytes(6).toString('hex')}"}`);
+        const send = (src: Source, wid: string) =>
+          post(`${guarded.base}/ingest/${src.id}`, body, {
+            'x-shopify-hmac-sha256': shopifySign(src.secret, body),
+            'x-shopify-topic': 'orders/create',
+            'x-shopify-webhook-id': wid,
+          });
+        const first = randomBytes(8).toString('hex');
+        expect((await send(a, first)).status).toBe(202);
+        expect((await send(a, randomBytes(8).toString('hex'))).json).toEqual({ id: first, duplicate: true });
+        // The same bytes sent to another source (another shop) are that source's own event.
+        expect((await send(b, randomBytes(8).toString('hex'))).status).toBe(202);
       });
     });
 

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import {
   type Intake,
@@ -13,6 +14,7 @@ import ipaddr from 'ipaddr.js';
 import { BodyBudget, SharedBodyBudget } from './budget.ts';
 import { ingestMetrics } from './metrics.ts';
 import { PreAuthLimiter, type PreAuthRate } from './preauth.ts';
+import type { ReplayGuard } from './replay.ts';
 import type { BodySink, HeadDecision, IngestHandler, IngestResponse, RequestHead } from './server.ts';
 import { prepareVerifier, type Verifier } from './verify/index.ts';
 
@@ -31,6 +33,11 @@ export interface PipelineOptions {
    * past it the address gets 429 before anything is looked up. Default 20/s, burst 100.
    */
   preAuthRate?: PreAuthRate;
+  /**
+   * Body dedup for the kinds whose id is outside the signature (github, shopify): a signed body
+   * seen under another id within the window is a duplicate. Absent: ids alone decide.
+   */
+  replayGuard?: ReplayGuard;
   keys: Keys;
   logger: Logger;
   /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
@@ -151,8 +158,9 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     'too_slow',
   ]);
 
-  const answerFor = (source: string, outcome: string, r: IngestResponse, client?: string): IngestResponse => {
-    m.requests.inc({ source, outcome });
+  /** `kind`: the source's kind, or NO_SOURCE; never its id (metric labels are not secret). */
+  const answerFor = (kind: string, outcome: string, r: IngestResponse, client?: string): IngestResponse => {
+    m.requests.inc({ kind, outcome });
     if (client !== undefined && REFUSED.has(outcome)) preAuth.spend(client);
     return r;
   };
@@ -183,8 +191,8 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
 
   async function begin(head: RequestHead): Promise<HeadDecision> {
     const client = clientKey(head.remoteAddress);
-    const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({
-      reject: answerFor(source, outcome, r, client),
+    const reject = (kind: string, outcome: string, r: IngestResponse): HeadDecision => ({
+      reject: answerFor(kind, outcome, r, client),
     });
     // First stage, before any lookup: an address that keeps sending what we refuse waits.
     const wait = preAuth.retryAfterMs(client);
@@ -229,12 +237,16 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     const sid = source.id;
 
     if (source.allowCidrs && source.allowCidrs.length > 0 && !allowed(source, head.remoteAddress)) {
-      return reject(sid, 'forbidden', error(403, 'forbidden', 'client address not allowed for this source'));
+      return reject(
+        source.kind,
+        'forbidden',
+        error(403, 'forbidden', 'client address not allowed for this source'),
+      );
     }
     const max = source.maxBodyBytes;
     if (head.contentLength !== undefined && head.contentLength > max) {
       return reject(
-        sid,
+        source.kind,
         'too_large',
         error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true),
       );
@@ -242,9 +254,9 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
 
     const prepared = prepareVerifier(source, head.headers, clock());
     if (!prepared.ok) {
-      m.verifyFailures.inc({ source: sid, reason: prepared.reason });
+      m.verifyFailures.inc({ kind: source.kind, reason: prepared.reason });
       return reject(
-        sid,
+        source.kind,
         'unauthorized',
         error(prepared.status, prepared.status === 401 ? 'unauthorized' : 'invalid_body', prepared.message),
       );
@@ -255,7 +267,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     // the whole budget). A budget with no room at all is refused before the body is read.
     if (budget.used >= budget.limit) {
       return reject(
-        sid,
+        source.kind,
         'over_budget',
         error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }),
       );
@@ -328,9 +340,9 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         chunks.push(Buffer.from(chunk));
       },
       async end() {
-        const answer = (source: string, outcome: string, r: IngestResponse) =>
-          answerFor(source, outcome, r, client);
-        m.bodyBytes.inc({ source: sid }, received);
+        const answer = (_sid: string, outcome: string, r: IngestResponse) =>
+          answerFor(source.kind, outcome, r, client);
+        m.bodyBytes.inc({ kind: source.kind }, received);
         const was = state;
         state = 'done';
         reading.delete(progress);
@@ -365,7 +377,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
           const v = verifier.finish(body);
           if (!v.ok) {
-            m.verifyFailures.inc({ source: sid, reason: v.reason });
+            m.verifyFailures.inc({ kind: source.kind, reason: v.reason });
             return answer(
               sid,
               v.status === 401 ? 'unauthorized' : 'invalid',
@@ -374,6 +386,20 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           }
           const limited = await sourceRate(source);
           if (limited) return answer(sid, 'rate_limited', limited);
+          if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
+            const hash = createHash('sha256').update(body).digest('hex');
+            let owner: string | undefined;
+            try {
+              owner = await opts.replayGuard.claim(source.tenantId, sid, hash, v.id);
+            } catch (err) {
+              // Fail open, as the limiter: the intake answers 503 itself if Redis is really gone.
+              logger.warn({ err: (err as Error).message, source: sid }, 'replay check failed; admitting');
+            }
+            if (owner !== undefined) {
+              m.replays.inc({ kind: source.kind });
+              return answer(sid, 'duplicate', { status: 200, body: { id: owner, duplicate: true } });
+            }
+          }
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
             id: v.id,
@@ -420,7 +446,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         if (state === 'done') return;
         state = 'done';
         releaseAll();
-        m.requests.inc({ source: sid, outcome: 'aborted' });
+        m.requests.inc({ kind: source.kind, outcome: 'aborted' });
         logger.debug({ source: sid, reason }, 'ingest request aborted');
       },
     };
