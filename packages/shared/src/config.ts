@@ -13,6 +13,12 @@ export const DEFAULTS = {
   SPILLWAY_INGEST_PORT: '8080',
   SPILLWAY_ADMIN_PORT: '8081',
   SPILLWAY_HOST: '0.0.0.0',
+  /**
+   * Address the admin port (admin API, /metrics, /healthz, /readyz) listens on. Loopback by default:
+   * the ingest port faces the internet, the admin port should not unless the operator says so
+   * (containers set 0.0.0.0 and put the port behind their network policy).
+   */
+  SPILLWAY_ADMIN_HOST: '127.0.0.1',
   SPILLWAY_INGEST_BACKEND: 'auto',
   SPILLWAY_RETRY_SCHEDULE: '5s,5m,30m,2h,5h,10h,10h',
   SPILLWAY_TARGET_ALLOW_CIDRS: '',
@@ -79,6 +85,17 @@ export interface RedisTarget {
   nodes: { host: string; port: number }[];
 }
 
+/**
+ * A malformed URL may still carry a password: everything before the last `@` (after the scheme's
+ * `//`, if any) is userinfo and is never echoed.
+ */
+export function redactUserinfo(s: string): string {
+  const at = s.lastIndexOf('@');
+  if (at < 0) return s;
+  const scheme = /^[^/@]*\/\//.exec(s)?.[0] ?? '';
+  return `${scheme}***${s.slice(at)}`;
+}
+
 const schema = z.object({
   SPILLWAY_REDIS_URL: z.string().transform((s, ctx): RedisTarget => {
     const cluster = /^redis\+cluster:\/\/(.+)$/.exec(s);
@@ -95,7 +112,7 @@ const schema = z.object({
     }
     ctx.addIssue({
       code: 'custom',
-      message: `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
+      message: `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${redactUserinfo(s)}")`,
     });
     return z.NEVER;
   }),
@@ -118,7 +135,12 @@ const schema = z.object({
   SPILLWAY_INGEST_PORT: port('SPILLWAY_INGEST_PORT'),
   SPILLWAY_ADMIN_PORT: port('SPILLWAY_ADMIN_PORT'),
   SPILLWAY_HOST: z.string().min(1, 'SPILLWAY_HOST must be an address to listen on'),
+  SPILLWAY_ADMIN_HOST: z.string().min(1, 'SPILLWAY_ADMIN_HOST must be an address to listen on'),
   SPILLWAY_ADMIN_TOKEN: z.string().optional(),
+  SPILLWAY_METRICS_TOKEN: z
+    .string()
+    .min(16, 'SPILLWAY_METRICS_TOKEN must be at least 16 characters (or unset: /metrics without a token)')
+    .optional(),
   SPILLWAY_INGEST_BACKEND: z.enum(['uring', 'node', 'auto'], {
     error: (i) => `SPILLWAY_INGEST_BACKEND must be uring, node or auto (got "${String(i.input)}")`,
   }),
@@ -190,8 +212,13 @@ export interface Config {
   kafkaBrokers: string[];
   ingestPort: number;
   adminPort: number;
+  /** Listen address of the ingest port. */
   host: string;
+  /** Listen address of the admin port (default loopback). */
+  adminHost: string;
   adminToken: string | undefined;
+  /** Bearer token /metrics requires when set. */
+  metricsToken: string | undefined;
   ingestBackend: 'uring' | 'node' | 'auto';
   retryScheduleMs: number[];
   /** Maximum delivery attempts: the schedule's length + 1. */
@@ -221,6 +248,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   const raw: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
   raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
+  raw.SPILLWAY_METRICS_TOKEN = env.SPILLWAY_METRICS_TOKEN || undefined;
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -235,7 +263,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     ingestPort: c.SPILLWAY_INGEST_PORT,
     adminPort: c.SPILLWAY_ADMIN_PORT,
     host: c.SPILLWAY_HOST,
+    adminHost: c.SPILLWAY_ADMIN_HOST,
     adminToken: c.SPILLWAY_ADMIN_TOKEN,
+    metricsToken: c.SPILLWAY_METRICS_TOKEN,
     ingestBackend: c.SPILLWAY_INGEST_BACKEND,
     retryScheduleMs: Object.freeze(c.SPILLWAY_RETRY_SCHEDULE) as number[],
     maxAttempts: c.SPILLWAY_RETRY_SCHEDULE.length + 1,
