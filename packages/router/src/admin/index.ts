@@ -191,7 +191,8 @@ function addHealthPaths(doc: OpenApiDoc): OpenApiDoc {
       '/readyz': {
         get: {
           ...open,
-          summary: "what this process's roles need answers: Redis, and Kafka for worker and all (no kafka field otherwise)",
+          summary:
+            "what this process's roles need answers: Redis, and Kafka for worker and all (no kafka field otherwise)",
           responses: {
             200: json('ready', {
               status: { type: 'string' },
