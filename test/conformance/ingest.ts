@@ -484,6 +484,27 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(r.status).toBe(202);
       });
 
+      it('github: the same body under 8 ids at once: one 202, seven duplicates of it, one event', async () => {
+        const src = source('github');
+        const body = Buffer.from(`{"action":"synchronize","n":"${randomBytes(6).toString('hex')}"}`);
+        const sig = await githubSign(src.secret, body.toString('utf8'));
+        const replies = await Promise.all(
+          Array.from({ length: 8 }, () =>
+            post(`${guarded.base}/ingest/${src.id}`, body, {
+              'x-hub-signature-256': sig,
+              'x-github-event': 'pull_request',
+              'x-github-delivery': randomBytes(8).toString('hex'),
+            }),
+          ),
+        );
+        const won = replies.filter((r) => r.status === 202);
+        expect(won).toHaveLength(1);
+        const owner = (won[0]!.json as { id: string }).id;
+        for (const r of replies.filter((x) => x.status !== 202))
+          expect(r.json).toEqual({ id: owner, duplicate: true });
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
+      });
+
       it('shopify: a new X-Shopify-Webhook-Id on a seen body is a duplicate; the body is per source', async () => {
         const a = source('shopify');
         const b = source('shopify', { secret: a.secret });

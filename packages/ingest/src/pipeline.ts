@@ -234,7 +234,6 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       );
     }
     if (!source) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', `unknown source ${sourceId}`));
-    const sid = source.id;
 
     if (source.allowCidrs && source.allowCidrs.length > 0 && !allowed(source, head.remoteAddress)) {
       return reject(
