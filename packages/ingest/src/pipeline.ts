@@ -156,6 +156,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     'unauthorized',
     'invalid',
     'too_slow',
+    'replay',
   ]);
 
   /** `kind`: the source's kind, or NO_SOURCE; never its id (metric labels are not secret). */
@@ -383,8 +384,6 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
               error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message),
             );
           }
-          const limited = await sourceRate(source);
-          if (limited) return answer(sid, 'rate_limited', limited);
           if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
             const hash = createHash('sha256').update(body).digest('hex');
             let owner: string | undefined;
@@ -395,10 +394,15 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
               logger.warn({ err: (err as Error).message, source: sid }, 'replay check failed; admitting');
             }
             if (owner !== undefined) {
+              // Not the provider (its redelivery repeats the id): answered as a duplicate, so a
+              // replayer learns nothing, but counted as refused for its address, and it spends
+              // nothing of the source's rate.
               m.replays.inc({ kind: source.kind });
-              return answer(sid, 'duplicate', { status: 200, body: { id: owner, duplicate: true } });
+              return answer(sid, 'replay', { status: 200, body: { id: owner, duplicate: true } });
             }
           }
+          const limited = await sourceRate(source);
+          if (limited) return answer(sid, 'rate_limited', limited);
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
             id: v.id,
