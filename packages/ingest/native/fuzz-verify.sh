@@ -13,4 +13,4 @@ clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -I"$here/src/core" "$here/test/fuzz_verify.c" "$here/src/core/verify.c" -o "$out/fuzz_verify" -lcrypto -lpthread
 if [ "$arg" -gt 100000 ]; then limit=(-runs="$arg"); else limit=(-max_total_time="$arg"); fi
 cd "$out"
-exec ./fuzz_verify "${limit[@]}" -max_len=2048 -print_final_stats=1 -artifact_prefix="$out/" corpus
+exec ./fuzz_verify "${limit[@]}" -max_len=1024 -print_final_stats=1 -artifact_prefix="$out/" corpus

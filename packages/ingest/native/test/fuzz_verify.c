@@ -52,7 +52,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *body = nf > 6 ? field[6] : (const uint8_t *)"";
   size_t body_n = nf > 6 ? len[6] : 0;
   int whole = run(&src, &h, now, body, body_n, 0);
-  int bytewise = run(&src, &h, now, body, body_n, 1);
+  /* Bytewise over short bodies only: it is one HMAC update per byte, and the split that matters is
+   * at the boundaries, which odd pieces cover for long ones. */
+  int bytewise = run(&src, &h, now, body, body_n, body_n <= 256 ? 1 : 7);
   int odd = run(&src, &h, now, body, body_n, 1 + (size % 13));
   if (whole != bytewise || whole != odd) abort();
   uint8_t out[64];
