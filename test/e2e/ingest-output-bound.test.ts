@@ -33,9 +33,12 @@ function rssOf(pid: number): number {
   return Number(m[1]) * 1024;
 }
 
-/** Pipelines REQUEST on one connection for as long as `until` allows, never reading; bounded by time. */
+/**
+ * Pipelines REQUEST on one connection for as long as `until` allows, never reading; bounded by time.
+ * From 127.0.0.2: its 404s spend that address's pre-auth allowance, not the signed sender's.
+ */
 function attacker(port: number, until: number): { sock: net.Socket; sent: () => number } {
-  const sock = net.connect(port, '127.0.0.1');
+  const sock = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' });
   sock.pause();
   sock.on('error', () => {});
   const chunk = Buffer.from(REQUEST.repeat(512));
@@ -50,11 +53,14 @@ function attacker(port: number, until: number): { sock: net.Socket; sent: () => 
   return { sock, sent: () => sent };
 }
 
-/** Pipelines 64 requests, reads their 64 answers, repeats for `ms`. */
+/**
+ * Pipelines 64 requests, reads their 64 answers, repeats for `ms`. From 127.0.0.3: the 404s it gets
+ * spend that address's pre-auth allowance (after which it gets 429s, as cheap to answer).
+ */
 function politeClient(port: number, ms: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const until = Date.now() + ms;
-    const sock = net.connect(port, '127.0.0.1');
+    const sock = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.3' });
     const burst = Buffer.from(REQUEST.repeat(64));
     let answers = 0;
     let total = 0;

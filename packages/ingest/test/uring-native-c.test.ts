@@ -7,7 +7,10 @@ const script = fileURLToPath(new URL('../native/test/run.sh', import.meta.url));
 const hasCc = spawnSync('cc', ['--version']).status === 0;
 
 describe.skipIf(!hasCc)('uring native core: C unit tests', () => {
-  it('parser and ring unit tests pass under sanitizers (the ring: unsent output is bounded)', () => {
+  // Two sanitizer builds and a 20 s bound on the ring's plateau: slow on a loaded machine.
+  it('parser and ring unit tests pass under sanitizers (the ring: unsent output is bounded)', {
+    timeout: 180_000,
+  }, () => {
     const r = spawnSync('bash', [script], { encoding: 'utf8' });
     expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toMatchObject({
       status: 0,
