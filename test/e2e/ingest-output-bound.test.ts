@@ -184,8 +184,8 @@ for (const backend of ['uring', 'node'] as const) {
         // The attack really ran: the clients got far more requests in than a bound lets through.
         expect(sentBytes).toBeGreaterThan(CONNECTIONS * REQUEST.length * 1000);
         // At least a few signed requests went through the attack (each waits for its answer; on a
-      // loaded machine a node event loop busy with the attack answers them slowly, but answers).
-      expect(statuses.length).toBeGreaterThanOrEqual(3);
+        // loaded machine a node event loop busy with the attack answers them slowly, but answers).
+        expect(statuses.length).toBeGreaterThanOrEqual(3);
         expect(statuses.every((s) => s === 202)).toBe(true);
         expect(growth).toBeLessThan(RSS_GROWTH_MAX);
       });
