@@ -11,12 +11,14 @@ import net from 'node:net';
 import { sign as githubSign } from '@octokit/webhooks-methods';
 import {
   createPipeline,
+  createRedisReplayGuard,
   type IngestPipeline,
   type IngestServer,
   type IngestServerOptions,
   type PipelineOptions,
 } from '@spillway/ingest';
 import { createKeys, createLogger, type Keys, registry, type Source } from '@spillway/shared';
+import { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -132,6 +134,8 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     const sources = new MemorySources();
     const servers: IngestServer[] = [];
     const closers: (() => Promise<void> | void)[] = [];
+    /** Closed after every test of the suite. */
+    const closersAll: (() => Promise<void> | void)[] = [];
     let main: Served;
 
     async function serve(
@@ -180,6 +184,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     });
     afterAll(async () => {
       for (const s of servers) await s.close().catch(() => {});
+      for (const c of closersAll) await c();
       intake.close();
     });
 
@@ -189,7 +194,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const delivery = randomBytes(8).toString('hex');
         const body = rawBody({ id: 'x', type: 'y' });
         const before = await metricValueAsync('spillway_ingest_requests_total', {
-          source: src.id,
+          kind: 'github',
           outcome: 'accepted',
         });
         const r = await post(`${main.base}/ingest/${src.id}`, body, {
@@ -211,7 +216,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           contentType: 'application/json; charset=utf-8',
         });
         expect(
-          await metricValueAsync('spillway_ingest_requests_total', { source: src.id, outcome: 'accepted' }),
+          await metricValueAsync('spillway_ingest_requests_total', { kind: 'github', outcome: 'accepted' }),
         ).toBe(before + 1);
         expect(main.pipeline.inFlightBodyBytes).toBe(0);
       });
@@ -226,7 +231,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           'x-github-delivery': id,
         });
         const failsBefore = await metricValueAsync('spillway_ingest_verify_failures_total', {
-          source: src.id,
+          kind: 'github',
         });
         expect(
           (
@@ -243,7 +248,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const r = await post(`${main.base}/ingest/${src.id}`, tampered, hdr(good));
         expect(r.status).toBe(401);
         expect(r.json).toMatchObject({ error: { code: 'unauthorized' } });
-        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { source: src.id })).toBe(
+        expect(await metricValueAsync('spillway_ingest_verify_failures_total', { kind: 'github' })).toBe(
           failsBefore + 3,
         );
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(0);
@@ -439,6 +444,85 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       });
     });
 
+    describe('replays with a fresh id (github, shopify: the id header is outside the HMAC)', () => {
+      const shopifySign = (secret: string, body: Buffer) =>
+        createHmac('sha256', secret).update(body).digest('base64');
+      let guarded: Served;
+      beforeAll(async () => {
+        const redis = new Redis(REDIS_URL);
+        closersAll.push(() => void redis.disconnect());
+        guarded = await serve({ replayGuard: createRedisReplayGuard(redis, keys, 60_000) });
+      });
+
+      it('github: one signed body under new ids or a new event header is a duplicate of the first', async () => {
+        const src = source('github');
+        const body = Buffer.from(`{"action":"opened","n":"${randomBytes(6).toString('hex')}"}`);
+        const sig = await githubSign(src.secret, body.toString('utf8'));
+        const send = (delivery: string, event = 'pull_request') =>
+          post(`${guarded.base}/ingest/${src.id}`, body, {
+            'x-hub-signature-256': sig,
+            'x-github-event': event,
+            'x-github-delivery': delivery,
+          });
+        const first = randomBytes(8).toString('hex');
+        expect((await send(first)).status).toBe(202);
+        const replay = await send(randomBytes(8).toString('hex'));
+        expect(replay.status).toBe(200);
+        expect(replay.json).toEqual({ id: first, duplicate: true });
+        const relabelled = await send(randomBytes(8).toString('hex'), 'push');
+        expect(relabelled.json).toEqual({ id: first, duplicate: true });
+        // GitHub's own redelivery: same body, same id.
+        expect((await send(first)).json).toEqual({ id: first, duplicate: true });
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
+        // Another body is another event.
+        const other = Buffer.from('{"action":"closed"}');
+        const r = await post(`${guarded.base}/ingest/${src.id}`, other, {
+          'x-hub-signature-256': await githubSign(src.secret, other.toString('utf8')),
+          'x-github-event': 'pull_request',
+          'x-github-delivery': randomBytes(8).toString('hex'),
+        });
+        expect(r.status).toBe(202);
+      });
+
+      it('github: the same body under 8 ids at once: one 202, seven duplicates of it, one event', async () => {
+        const src = source('github');
+        const body = Buffer.from(`{"action":"synchronize","n":"${randomBytes(6).toString('hex')}"}`);
+        const sig = await githubSign(src.secret, body.toString('utf8'));
+        const replies = await Promise.all(
+          Array.from({ length: 8 }, () =>
+            post(`${guarded.base}/ingest/${src.id}`, body, {
+              'x-hub-signature-256': sig,
+              'x-github-event': 'pull_request',
+              'x-github-delivery': randomBytes(8).toString('hex'),
+            }),
+          ),
+        );
+        const won = replies.filter((r) => r.status === 202);
+        expect(won).toHaveLength(1);
+        const owner = (won[0]!.json as { id: string }).id;
+        for (const r of replies.filter((x) => x.status !== 202))
+          expect(r.json).toEqual({ id: owner, duplicate: true });
+        expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
+      });
+
+      it('shopify: a new X-Shopify-Webhook-Id on a seen body is a duplicate; the body is per source', async () => {
+        const a = source('shopify');
+        const b = source('shopify', { secret: a.secret });
+        const body = Buffer.from(`{"id":${Date.now()},"note":"${randomBytes(6).toString('hex')}"}`);
+        const send = (src: Source, wid: string) =>
+          post(`${guarded.base}/ingest/${src.id}`, body, {
+            'x-shopify-hmac-sha256': shopifySign(src.secret, body),
+            'x-shopify-topic': 'orders/create',
+            'x-shopify-webhook-id': wid,
+          });
+        const first = randomBytes(8).toString('hex');
+        expect((await send(a, first)).status).toBe(202);
+        expect((await send(a, randomBytes(8).toString('hex'))).json).toEqual({ id: first, duplicate: true });
+        // The same bytes sent to another source (another shop) are that source's own event.
+        expect((await send(b, randomBytes(8).toString('hex'))).status).toBe(202);
+      });
+    });
+
     describe('cheap checks before the body', () => {
       it('404 for an unknown source and for other paths, 405 with Allow for other methods', async () => {
         const src = source('github');
@@ -543,6 +627,66 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         expect(statuses).toEqual([202, 202, 429]);
         expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
       });
+
+      it('junk does not spend the source rate: only verified requests do', async () => {
+        const limiter = createTestRateGate(REDIS_URL);
+        closers.push(() => limiter.close());
+        const s = await serve({ limiter });
+        const src = source('github', { rate: { perSecond: 0.01, burst: 2 } });
+        const body = rawBody({});
+        const junk: number[] = [];
+        for (let i = 0; i < 10; i++)
+          junk.push(
+            (
+              await post(`${s.base}/ingest/${src.id}`, body, {
+                'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+                'x-github-event': 'push',
+                'x-github-delivery': randomBytes(6).toString('hex'),
+              })
+            ).status,
+          );
+        expect(junk).toEqual(Array(10).fill(401));
+        const signedStatuses: number[] = [];
+        for (let i = 0; i < 3; i++)
+          signedStatuses.push(
+            (
+              await post(`${s.base}/ingest/${src.id}`, body, {
+                'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+                'x-github-event': 'push',
+                'x-github-delivery': randomBytes(6).toString('hex'),
+              })
+            ).status,
+          );
+        expect(signedStatuses).toEqual([202, 202, 429]);
+      });
+
+      it('an address that keeps sending what is refused gets 429 before any lookup; other addresses do not', async () => {
+        const s = await serve({ preAuthRate: { perSecond: 0.2, burst: 5 } });
+        const src = source('github');
+        const body = rawBody({});
+        const junk = {
+          'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+          'x-github-event': 'push',
+          'x-github-delivery': 'j',
+        };
+        const fromJunk: number[] = [];
+        for (let i = 0; i < 8; i++)
+          fromJunk.push((await postFrom(s.port, `/ingest/${src.id}`, body, junk, '127.0.0.3')).status);
+        expect(fromJunk).toEqual([401, 401, 401, 401, 401, 429, 429, 429]);
+        // Unknown sources and other paths count too (a scan for source ids).
+        expect((await postFrom(s.port, '/ingest/nope', body, {}, '127.0.0.3')).status).toBe(429);
+        const limited = await postFrom(s.port, `/ingest/${src.id}`, body, junk, '127.0.0.3');
+        expect(Number(limited.retryAfter)).toBeGreaterThanOrEqual(1);
+        // The provider, from its own address, is not affected.
+        const good = await postFrom(
+          s.port,
+          `/ingest/${src.id}`,
+          body,
+          await signed2(src, body, randomBytes(6).toString('hex')),
+          '127.0.0.1',
+        );
+        expect(good.status).toBe(202);
+      });
     });
 
     describe('body size cap', () => {
@@ -621,12 +765,17 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
     });
 
     it('503 with Retry-After once the in-flight body budget is spent; accepted again when it frees', async () => {
-      const s = await serve({ bodyBudgetBytes: 100_000 });
+      const s = await serve({
+        bodyBudgetBytes: 100_000,
+        sourceBudgetBytes: 100_000,
+        clientBudgetBytes: 100_000,
+        minBodyBytesPerSecond: 0,
+      });
       const src = source('github');
       const body = Buffer.alloc(80_000, 0x62);
       const id = randomBytes(6).toString('hex');
       const headers = await signed2(src, body, id);
-      // Holds 80 000 bytes of budget: headers and half the body, then waits.
+      // Holds 40 000 bytes of budget (bytes are taken as they arrive): headers and half the body.
       const sock = net.connect(s.port, '127.0.0.1');
       closers.push(() => void sock.destroy());
       await new Promise((r) => sock.once('connect', r));
@@ -636,7 +785,7 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       sock.write(`POST /ingest/${src.id} HTTP/1.1\r\n${head}\r\n`);
       sock.write(body.subarray(0, 40_000));
       const reply = collect(sock);
-      await waitUntil(() => s.pipeline.inFlightBodyBytes === 80_000, 'the first request to reserve its body');
+      await waitUntil(() => s.pipeline.inFlightBodyBytes === 40_000, 'the first request to hold its bytes');
       const second = await post(
         `${s.base}/ingest/${src.id}`,
         body,
@@ -656,6 +805,80 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           )
         ).status,
       ).toBe(202);
+    });
+
+    /** Opens `n` connections from `localAddress` that send a head declaring `declared` body bytes, then `sent` of them, and stall. */
+    async function holders(
+      port: number,
+      n: number,
+      path: (i: number) => string,
+      declared: number,
+      sent: number,
+      localAddress = '127.0.0.1',
+    ): Promise<net.Socket[]> {
+      const socks: net.Socket[] = [];
+      closers.push(() => {
+        for (const sock of socks) sock.destroy();
+      });
+      await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const sock = net.connect({ port, host: '127.0.0.1', localAddress });
+          sock.on('error', () => {});
+          sock.on('data', () => {});
+          socks.push(sock);
+          await new Promise((r) => sock.once('connect', r));
+          // A well-formed signature that cannot match: nothing here can be verified before the body.
+          sock.write(
+            `POST ${path(i)} HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256=${'0'.repeat(64)}\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: h${i}\r\nContent-Length: ${declared}\r\n\r\n`,
+          );
+          if (sent > 0) sock.write(Buffer.alloc(sent, 0x61));
+        }),
+      );
+      return socks;
+    }
+
+    const keepsAccepting = async (base: string, body: Buffer, times = 10) => {
+      const src = source('github', { maxBodyBytes: 1024 * 1024 });
+      const statuses: number[] = [];
+      for (let i = 0; i < times; i++)
+        statuses.push(
+          (
+            await post(
+              `${base}/ingest/${src.id}`,
+              body,
+              await signed2(src, body, randomBytes(6).toString('hex')),
+            )
+          ).status,
+        );
+      return statuses;
+    };
+
+    it('64 header-only requests declaring 1 MiB each hold no budget: another source keeps getting 202', async () => {
+      const victim = source('github', { maxBodyBytes: 1024 * 1024 });
+      await holders(main.port, 64, () => `/ingest/${victim.id}`, 1024 * 1024, 0);
+      // Give every head time to reach the pipeline (the attack held 64 MiB within milliseconds).
+      await new Promise((r) => setTimeout(r, 500));
+      expect(main.pipeline.inFlightBodyBytes).toBeLessThan(1024 * 1024);
+      const statuses = await keepsAccepting(main.base, Buffer.from(rawBody({})));
+      expect(statuses).toEqual(Array(10).fill(202));
+    });
+
+    it('one client address holds at most its share of the budget, across sources', async () => {
+      // 4 MiB budget: per source 2 MiB, per client address 512 KiB (the defaults: 1/2 and 1/8).
+      const s = await serve({ bodyBudgetBytes: 4 * 1024 * 1024, minBodyBytesPerSecond: 0 });
+      const targets = [0, 1, 2, 3].map(() => source('github', { maxBodyBytes: 1024 * 1024 }));
+      // 32 bodies of 128 KiB half-sent from 127.0.0.2, spread over 4 sources (1 MiB each, under the
+      // source share): 4 MiB, the whole budget, if one address could hold it.
+      await holders(s.port, 32, (i) => `/ingest/${targets[i % 4]!.id}`, 1024 * 1024, 128 * 1024, '127.0.0.2');
+      await waitUntil(
+        () => s.pipeline.inFlightBodyBytes >= 512 * 1024 - 64 * 1024,
+        'the holders to take their share',
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      expect(s.pipeline.inFlightBodyBytes).toBeLessThanOrEqual(512 * 1024);
+      // A signed sender from 127.0.0.1 with a body the size of the attacker's whole share still fits.
+      const statuses = await keepsAccepting(s.base, Buffer.alloc(256 * 1024, 0x20), 5);
+      expect(statuses).toEqual(Array(5).fill(202));
     });
 
     it('200 concurrent slow senders (slow headers and slow bodies) are cut off by the timeouts', async () => {
@@ -736,6 +959,40 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       await waitUntil(async () => (await send()).status === 202, 'a 202 once Redis is back', 15_000);
       expect((await ownIntake.accepted(tenantId)).length).toBeGreaterThanOrEqual(2);
     });
+  });
+}
+
+/** POSTs from a chosen loopback address (127.0.0.0/8 is all local): status and Retry-After. */
+function postFrom(
+  port: number,
+  path: string,
+  body: Buffer,
+  headers: Record<string, string>,
+  localAddress: string,
+): Promise<{ status: number; retryAfter: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: 'POST',
+        localAddress,
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': body.length, ...headers },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            retryAfter: res.headers['retry-after'] as string | undefined,
+          }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
   });
 }
 

@@ -89,7 +89,8 @@ describe.skipIf(skipBpf)('edge: kernel drop metrics on a registry after an induc
 
   it('a scrape shows the overflow by reason, equal to TcpExtListenOverflows, and the SYN-retry gap histogram', async () => {
     // the process-wide registry, as the ingest role uses it (each test file runs in its own process)
-    registerKernelDropMetrics(registry, { pinRoot: PIN, netns: S });
+    // cacheMs 0: this test reads the counters before and after the overflow, seconds apart.
+    registerKernelDropMetrics(registry, { pinRoot: PIN, netns: S, cacheMs: 0 });
     // before anything is attached: the loader answers, no edge maps yet, so only the netns counter
     const empty = samples(await registry.metrics());
     expect(empty.get('spillway_listen_overflows_total{source="netns"}')).toBe(0);

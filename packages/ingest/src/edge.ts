@@ -350,18 +350,28 @@ export function startSteering(opts: SteeringOptions): EdgeResult<{ steering: Ste
 
 /**
  * Registers the kernel edge metrics on `registry` (use `@spillway/shared`'s registry). Values are
- * the kernel's counters read from the pinned maps at scrape time (one loader run per scrape, shared
- * by all of them); when the edge is unavailable they have no samples and one warning is logged.
- * `netns`: read the netns counters (TcpExt) of that network namespace, for an ingest running in one.
+ * the kernel's counters read from the pinned maps by one loader run, shared by all of them and
+ * reused for `cacheMs` (default 5 s): the loader is a root-capable process, and a scrape — which
+ * anyone who reaches /metrics can trigger — must not spawn one each time (issue 15). When the edge
+ * is unavailable they have no samples and one warning is logged. `netns`: read the netns counters
+ * (TcpExt) of that network namespace, for an ingest running in one.
  */
-export function registerKernelDropMetrics(registry: Registry, opts: LoaderScope = {}): void {
+export function registerKernelDropMetrics(
+  registry: Registry,
+  opts: LoaderScope & { cacheMs?: number } = {},
+): void {
+  const cacheMs = opts.cacheMs ?? 5000;
   let pending: Promise<EdgeDump | null> | null = null;
+  let cached: { at: number; dump: EdgeDump | null } | undefined;
   // Every metric of one scrape asks at once (Registry.metrics() collects them concurrently): they
-  // share one loader run.
+  // share one loader run, and scrapes within cacheMs share its reading.
   const read = (): Promise<EdgeDump | null> => {
+    if (cached && performance.now() - cached.at < cacheMs) return Promise.resolve(cached.dump);
     pending ??= edgeStatus(opts).then((r) => {
       pending = null;
-      return r.available ? r.status : null;
+      const dump = r.available ? r.status : null;
+      cached = { at: performance.now(), dump };
+      return dump;
     });
     return pending;
   };

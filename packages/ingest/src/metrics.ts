@@ -4,12 +4,17 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 /**
  * Ingest metrics on the shared registry. Created once per process: several pipelines (tests, or an
  * ingest and an all role in one process) share them, as Prometheus expects one series per name.
+ * Labelled by source *kind* (github, stripe, shopify, standard; `-` when no known source was named),
+ * never by source id: a source id is the only secret in an ingest URL, and /metrics is often
+ * scraped by more people than should hold it (issue 15).
  */
 export interface IngestMetrics {
   /** outcome: accepted, duplicate, or the refusal (unauthorized, too_large, rate_limited, ...). */
-  requests: Counter<'source' | 'outcome'>;
-  bodyBytes: Counter<'source'>;
-  verifyFailures: Counter<'source' | 'reason'>;
+  requests: Counter<'kind' | 'outcome'>;
+  bodyBytes: Counter<'kind'>;
+  verifyFailures: Counter<'kind' | 'reason'>;
+  /** Signed bodies seen again under another id within the dedup window (answered as duplicates). */
+  replays: Counter<'kind'>;
   enqueueSeconds: Histogram<'outcome'>;
   inflightBodyBytes: Gauge;
 }
@@ -30,8 +35,8 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
       () =>
         new Counter({
           name: 'spillway_ingest_requests_total',
-          help: 'Ingest requests by source and outcome',
-          labelNames: ['source', 'outcome'] as const,
+          help: 'Ingest requests by source kind and outcome',
+          labelNames: ['kind', 'outcome'] as const,
           registers,
         }),
     ),
@@ -41,8 +46,8 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
       () =>
         new Counter({
           name: 'spillway_ingest_body_bytes_total',
-          help: 'Request body bytes read at ingest',
-          labelNames: ['source'] as const,
+          help: 'Request body bytes read at ingest, by source kind',
+          labelNames: ['kind'] as const,
           registers,
         }),
     ),
@@ -52,8 +57,19 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
       () =>
         new Counter({
           name: 'spillway_ingest_verify_failures_total',
-          help: 'Signature verification failures by source and reason',
-          labelNames: ['source', 'reason'] as const,
+          help: 'Signature verification failures by source kind and reason',
+          labelNames: ['kind', 'reason'] as const,
+          registers,
+        }),
+    ),
+    replays: getOrCreate(
+      reg,
+      'spillway_ingest_replays_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_replays_total',
+          help: 'Signed bodies seen again under another event id within the dedup window (github, shopify)',
+          labelNames: ['kind'] as const,
           registers,
         }),
     ),

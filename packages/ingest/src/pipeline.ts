@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import {
   type Intake,
@@ -10,8 +11,10 @@ import {
   type SpillwayEvent,
 } from '@spillway/shared';
 import ipaddr from 'ipaddr.js';
-import { BodyBudget } from './budget.ts';
+import { BodyBudget, SharedBodyBudget } from './budget.ts';
 import { ingestMetrics } from './metrics.ts';
+import { PreAuthLimiter, type PreAuthRate } from './preauth.ts';
+import type { ReplayGuard } from './replay.ts';
 import type { BodySink, HeadDecision, IngestHandler, IngestResponse, RequestHead } from './server.ts';
 import { prepareVerifier, type Verifier } from './verify/index.ts';
 
@@ -20,12 +23,40 @@ export interface PipelineOptions {
   sources: SourceDirectory;
   /** The router's durable, deduplicating intake: resolves only once the event is durable. */
   intake: Intake;
-  /** Per-source ingest rate (429 past it). Absent: sources' `rate` is not enforced. */
+  /**
+   * Per-source ingest rate (429 past it), spent only by verified requests. Absent: sources' `rate`
+   * is not enforced.
+   */
   limiter?: RateGate;
+  /**
+   * Refused requests (bad signature, unknown source, ...) one client address may make, per process;
+   * past it the address gets 429 before anything is looked up. Default 20/s, burst 100.
+   */
+  preAuthRate?: PreAuthRate;
+  /**
+   * Body dedup for the kinds whose id is outside the signature (github, shopify): a signed body
+   * seen under another id within the window is a duplicate. Absent: ids alone decide.
+   */
+  replayGuard?: ReplayGuard;
   keys: Keys;
   logger: Logger;
   /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
   bodyBudgetBytes: number;
+  /** Most of the budget one source's requests may hold at once. Default: half the budget. */
+  sourceBudgetBytes?: number;
+  /**
+   * Most of the budget one client address (IPv6: its /64) may hold at once. Default: an eighth of
+   * the budget.
+   */
+  clientBudgetBytes?: number;
+  /**
+   * A body that has not averaged this many bytes per second once `minBodyRateGraceMs` have passed
+   * loses what it holds and is answered 408 (it would otherwise hold budget until the request
+   * timeout). Default 16 KiB/s; 0 turns the check off.
+   */
+  minBodyBytesPerSecond?: number;
+  /** Time a body has before the minimum rate applies. Default 2000 ms. */
+  minBodyRateGraceMs?: number;
   /** Unix milliseconds (tests move time to check timestamp tolerances). */
   clock?: () => number;
   /** Retry-After (seconds) sent with 503 when the intake or the body budget cannot take more. */
@@ -50,6 +81,21 @@ const NO_SOURCE = '-';
 
 type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
 const parsedCidrs = new WeakMap<Source, Cidr[]>();
+
+/** The key a client's share is counted under: its address, or for IPv6 its /64. */
+function clientKey(remote: string): string {
+  try {
+    const addr = ipaddr.process(remote);
+    if (addr.kind() === 'ipv4') return addr.toString();
+    const parts = (addr as ipaddr.IPv6).parts;
+    return `${parts
+      .slice(0, 4)
+      .map((p) => p.toString(16))
+      .join(':')}::/64`;
+  } catch {
+    return remote;
+  }
+}
 
 function error(
   status: number,
@@ -77,14 +123,48 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
   const retryAfter = String(opts.retryAfterSeconds ?? 1);
   const m = ingestMetrics();
   const budget = new BodyBudget(opts.bodyBudgetBytes, (d) => m.inflightBodyBytes.inc(d));
+  const shared = new SharedBodyBudget(
+    budget,
+    opts.sourceBudgetBytes ?? Math.ceil(opts.bodyBudgetBytes / 2),
+    opts.clientBudgetBytes ?? Math.ceil(opts.bodyBudgetBytes / 8),
+  );
+  const minRate = opts.minBodyBytesPerSecond ?? 16 * 1024;
+  const rateGraceMs = opts.minBodyRateGraceMs ?? 2000;
+  /** Bodies still arriving, for the minimum-rate sweep. */
+  const reading = new Set<{ started: number; received: number; tooSlow(): void }>();
+  if (minRate > 0) {
+    const sweep = setInterval(
+      () => {
+        const now = performance.now();
+        for (const r of reading) {
+          const elapsed = now - r.started;
+          if (elapsed > rateGraceMs && r.received < (minRate * elapsed) / 1000) r.tooSlow();
+        }
+      },
+      Math.max(50, Math.min(1000, rateGraceMs / 2)),
+    );
+    sweep.unref();
+  }
 
-  const answer = (source: string, outcome: string, r: IngestResponse): IngestResponse => {
-    m.requests.inc({ source, outcome });
+  const preAuth = new PreAuthLimiter(opts.preAuthRate ?? { perSecond: 20, burst: 100 });
+  /** Answers that say the client sent something we refuse: they spend its pre-auth allowance. */
+  const REFUSED = new Set([
+    'not_found',
+    'method_not_allowed',
+    'forbidden',
+    'too_large',
+    'unauthorized',
+    'invalid',
+    'too_slow',
+    'replay',
+  ]);
+
+  /** `kind`: the source's kind, or NO_SOURCE; never its id (metric labels are not secret). */
+  const answerFor = (kind: string, outcome: string, r: IngestResponse, client?: string): IngestResponse => {
+    m.requests.inc({ kind, outcome });
+    if (client !== undefined && REFUSED.has(outcome)) preAuth.spend(client);
     return r;
   };
-  const reject = (source: string, outcome: string, r: IngestResponse): HeadDecision => ({
-    reject: answer(source, outcome, r),
-  });
 
   function allowed(src: Source, remote: string): boolean {
     let cidrs = parsedCidrs.get(src);
@@ -111,6 +191,21 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
   }
 
   async function begin(head: RequestHead): Promise<HeadDecision> {
+    const client = clientKey(head.remoteAddress);
+    const reject = (kind: string, outcome: string, r: IngestResponse): HeadDecision => ({
+      reject: answerFor(kind, outcome, r, client),
+    });
+    // First stage, before any lookup: an address that keeps sending what we refuse waits.
+    const wait = preAuth.retryAfterMs(client);
+    if (wait > 0) {
+      return reject(
+        NO_SOURCE,
+        'pre_auth_limited',
+        error(429, 'rate_limited', 'too many refused requests from this address', {
+          'retry-after': String(Math.max(1, Math.ceil(wait / 1000))),
+        }),
+      );
+    }
     const route = ROUTE.exec(head.url.split('?', 1)[0] ?? '');
     let sourceId: string | undefined;
     try {
@@ -140,15 +235,18 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       );
     }
     if (!source) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', `unknown source ${sourceId}`));
-    const sid = source.id;
 
     if (source.allowCidrs && source.allowCidrs.length > 0 && !allowed(source, head.remoteAddress)) {
-      return reject(sid, 'forbidden', error(403, 'forbidden', 'client address not allowed for this source'));
+      return reject(
+        source.kind,
+        'forbidden',
+        error(403, 'forbidden', 'client address not allowed for this source'),
+      );
     }
     const max = source.maxBodyBytes;
     if (head.contentLength !== undefined && head.contentLength > max) {
       return reject(
-        sid,
+        source.kind,
         'too_large',
         error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true),
       );
@@ -156,66 +254,74 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
 
     const prepared = prepareVerifier(source, head.headers, clock());
     if (!prepared.ok) {
-      m.verifyFailures.inc({ source: sid, reason: prepared.reason });
+      m.verifyFailures.inc({ kind: source.kind, reason: prepared.reason });
       return reject(
-        sid,
+        source.kind,
         'unauthorized',
         error(prepared.status, prepared.status === 401 ? 'unauthorized' : 'invalid_body', prepared.message),
       );
     }
 
-    if (source.rate && limiter) {
-      try {
-        const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${sid}`), source.rate);
-        if (!took.ok) {
-          const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
-          return reject(
-            sid,
-            'rate_limited',
-            error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs }),
-          );
-        }
-      } catch (err) {
-        // Fail open: the limiter shares Redis with the intake, which decides durability and answers
-        // 503 itself if Redis is really gone; refusing here would only add a second failure mode.
-        logger.warn({ err: (err as Error).message, source: sid }, 'source rate check failed; admitting');
-      }
-    }
-
-    const declared = head.contentLength ?? 0;
-    if (!budget.tryReserve(declared)) {
+    // Nothing is reserved yet: bytes are taken from the budget as they arrive (a declared length
+    // costs nothing until it is sent; issue 15: 64 header-only requests declaring 1 MiB each held
+    // the whole budget). A budget with no room at all is refused before the body is read.
+    if (budget.used >= budget.limit) {
       return reject(
-        sid,
+        source.kind,
         'over_budget',
         error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }),
       );
     }
-    return { accept: createSink(source, head, prepared.verifier, declared) };
+    return { accept: createSink(source, head, prepared.verifier, client) };
   }
 
-  function createSink(source: Source, head: RequestHead, verifier: Verifier, declared: number): BodySink {
+  /** The source's rate, spent only once the request is verified. null: admitted. */
+  async function sourceRate(source: Source): Promise<IngestResponse | null> {
+    if (!source.rate || !limiter) return null;
+    try {
+      const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${source.id}`), source.rate);
+      if (took.ok) return null;
+      const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
+      return error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs });
+    } catch (err) {
+      // Fail open: the limiter shares Redis with the intake, which decides durability and answers
+      // 503 itself if Redis is really gone; refusing here would only add a second failure mode.
+      logger.warn({ err: (err as Error).message, source: source.id }, 'source rate check failed; admitting');
+      return null;
+    }
+  }
+
+  function createSink(source: Source, head: RequestHead, verifier: Verifier, client: string): BodySink {
     const sid = source.id;
     const max = source.maxBodyBytes;
-    let reserved = declared;
+    let reserved = 0;
     let received = 0;
-    let state: 'reading' | 'too_large' | 'over_budget' | 'done' = 'reading';
-    // A declared length gets one buffer up front (no concat at the end). Chunks are always copied:
-    // a backend may hand us views of buffers it reuses (the io_uring provided-buffer ring).
-    let whole: Buffer | undefined = declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
+    let state: 'reading' | 'too_large' | 'over_budget' | 'too_slow' | 'done' = 'reading';
+    // Chunks are always copied: a backend may hand us views of buffers it reuses (the io_uring
+    // provided-buffer ring).
     let chunks: Buffer[] = [];
 
     const releaseAll = () => {
-      budget.release(reserved);
+      shared.release(sid, client, reserved);
       reserved = 0;
-      whole = undefined;
       chunks = [];
+      reading.delete(progress);
     };
+    const progress = {
+      started: performance.now(),
+      received: 0,
+      tooSlow() {
+        if (state !== 'reading') return;
+        state = 'too_slow';
+        releaseAll();
+      },
+    };
+    reading.add(progress);
 
     return {
       maxBodyBytes: max,
       write(chunk) {
         if (state !== 'reading') return;
-        const at = received;
         received += chunk.length;
         if (received > max) {
           // The backend stops at maxBodyBytes; this guards a backend that does not.
@@ -223,29 +329,29 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           releaseAll();
           return;
         }
-        if (received > reserved) {
-          if (!budget.tryReserve(received - reserved)) {
-            state = 'over_budget';
-            releaseAll();
-            return;
-          }
-          reserved = received;
+        if (!shared.tryReserve(sid, client, chunk.length)) {
+          state = 'over_budget';
+          releaseAll();
+          return;
         }
+        reserved += chunk.length;
+        progress.received = received;
         verifier.update(chunk);
-        if (whole && received <= whole.length) chunk.copy(whole, at);
-        else {
-          if (whole) {
-            // More bytes than declared cannot pass an HTTP/1.1 parser; keep them honest anyway.
-            chunks.push(whole.subarray(0, at));
-            whole = undefined;
-          }
-          chunks.push(Buffer.from(chunk));
-        }
+        chunks.push(Buffer.from(chunk));
       },
       async end() {
-        m.bodyBytes.inc({ source: sid }, received);
+        const answer = (_sid: string, outcome: string, r: IngestResponse) =>
+          answerFor(source.kind, outcome, r, client);
+        m.bodyBytes.inc({ kind: source.kind }, received);
         const was = state;
         state = 'done';
+        reading.delete(progress);
+        if (was === 'too_slow')
+          return answer(
+            sid,
+            'too_slow',
+            error(408, 'request_timeout', 'body arrived too slowly', undefined, true),
+          );
         if (was === 'too_large')
           return answer(
             sid,
@@ -268,16 +374,35 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         if (was === 'done')
           return answer(sid, 'aborted', error(400, 'invalid_body', 'request already finished'));
         try {
-          const body = whole ? whole.subarray(0, received) : Buffer.concat(chunks);
+          const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
           const v = verifier.finish(body);
           if (!v.ok) {
-            m.verifyFailures.inc({ source: sid, reason: v.reason });
+            m.verifyFailures.inc({ kind: source.kind, reason: v.reason });
             return answer(
               sid,
               v.status === 401 ? 'unauthorized' : 'invalid',
               error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message),
             );
           }
+          if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
+            const hash = createHash('sha256').update(body).digest('hex');
+            let owner: string | undefined;
+            try {
+              owner = await opts.replayGuard.claim(source.tenantId, sid, hash, v.id);
+            } catch (err) {
+              // Fail open, as the limiter: the intake answers 503 itself if Redis is really gone.
+              logger.warn({ err: (err as Error).message, source: sid }, 'replay check failed; admitting');
+            }
+            if (owner !== undefined) {
+              // Not the provider (its redelivery repeats the id): answered as a duplicate, so a
+              // replayer learns nothing, but counted as refused for its address, and it spends
+              // nothing of the source's rate.
+              m.replays.inc({ kind: source.kind });
+              return answer(sid, 'replay', { status: 200, body: { id: owner, duplicate: true } });
+            }
+          }
+          const limited = await sourceRate(source);
+          if (limited) return answer(sid, 'rate_limited', limited);
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
             id: v.id,
@@ -324,7 +449,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         if (state === 'done') return;
         state = 'done';
         releaseAll();
-        m.requests.inc({ source: sid, outcome: 'aborted' });
+        m.requests.inc({ kind: source.kind, outcome: 'aborted' });
         logger.debug({ source: sid, reason }, 'ingest request aborted');
       },
     };

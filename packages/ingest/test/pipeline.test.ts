@@ -20,7 +20,17 @@ import { describe, expect, it } from 'vitest';
 const logger = createLogger('silent');
 const keys = createKeys('unit');
 
-function setup(src: Partial<Source> = {}, opts: { budget?: number; now?: number; intake?: Intake } = {}) {
+function setup(
+  src: Partial<Source> = {},
+  opts: {
+    budget?: number;
+    now?: number;
+    intake?: Intake;
+    shares?: number;
+    clientShare?: number;
+    minRate?: { bytesPerSecond: number; graceMs: number };
+  } = {},
+) {
   const source: Source = {
     id: 'gh1',
     tenantId: 'acme',
@@ -43,6 +53,12 @@ function setup(src: Partial<Source> = {}, opts: { budget?: number; now?: number;
     keys,
     logger,
     bodyBudgetBytes: opts.budget ?? 10_000,
+    sourceBudgetBytes: opts.shares ?? opts.budget ?? 10_000,
+    clientBudgetBytes: opts.clientShare ?? opts.shares ?? opts.budget ?? 10_000,
+    ...(opts.minRate && {
+      minBodyBytesPerSecond: opts.minRate.bytesPerSecond,
+      minBodyRateGraceMs: opts.minRate.graceMs,
+    }),
     ...(opts.now !== undefined ? { clock: () => opts.now! } : {}),
   });
   return { source, pipeline, got };
@@ -121,25 +137,63 @@ describe('createPipeline: decisions on the head', () => {
     expect(status(await pipeline.begin(head({ headers: { 'x-hub-signature-256': 'sha1=abc' } })))).toBe(401);
   });
 
-  it('503 + Retry-After when the body budget cannot take a declared length; released after the answer', async () => {
-    const { pipeline } = setup({ maxBodyBytes: 5000 }, { budget: 6000 });
+  it('a declared length costs nothing until its bytes arrive; 503 + Retry-After once they do not fit', async () => {
+    const { pipeline } = setup({ maxBodyBytes: 5000 }, { budget: 6000, shares: 6000 });
     const body = Buffer.alloc(4000, 0x20);
     const first = await pipeline.begin(
       head({ contentLength: 4000, headers: githubHeaders('shh', body, 'a') }),
     );
-    expect(pipeline.inFlightBodyBytes).toBe(4000);
     const second = await pipeline.begin(
       head({ contentLength: 4000, headers: githubHeaders('shh', body, 'b') }),
     );
-    expect('reject' in second && second.reject).toMatchObject({
-      status: 503,
-      headers: { 'retry-after': '1' },
-    });
-    if (!('accept' in first)) throw new Error('first should be accepted');
+    expect(pipeline.inFlightBodyBytes).toBe(0);
+    if (!('accept' in first) || !('accept' in second)) throw new Error('both should be accepted');
     first.accept.write(body);
+    expect(pipeline.inFlightBodyBytes).toBe(4000);
+    second.accept.write(body);
+    // The second did not fit: it holds nothing and is answered 503.
+    expect(pipeline.inFlightBodyBytes).toBe(4000);
+    expect(await second.accept.end()).toMatchObject({ status: 503, headers: { 'retry-after': '1' } });
     // A body of spaces is not what GitHub sends, but verification only needs the HMAC: accepted.
     expect((await first.accept.end()).status).toBe(202);
     expect(pipeline.inFlightBodyBytes).toBe(0);
+  });
+
+  it('one client address holds at most its share; another address still fits', async () => {
+    const { pipeline } = setup({ maxBodyBytes: 5000 }, { budget: 8000, clientShare: 3000 });
+    const body = Buffer.alloc(2000, 0x20);
+    const from = async (remoteAddress: string, id: string) => {
+      const d = await pipeline.begin(head({ remoteAddress, headers: githubHeaders('shh', body, id) }));
+      if (!('accept' in d)) throw new Error('expected accept');
+      d.accept.write(body);
+      return d.accept;
+    };
+    const a1 = await from('10.0.0.1', 'a1');
+    const a2 = await from('::ffff:10.0.0.1', 'a2');
+    const b1 = await from('10.0.0.2', 'b1');
+    expect((await a2.end()).status).toBe(503);
+    expect((await a1.end()).status).toBe(202);
+    expect((await b1.end()).status).toBe(202);
+    // IPv6 clients are counted by their /64.
+    const c1 = await from('2001:db8:1:2::1', 'c1');
+    const c2 = await from('2001:db8:1:2::ffff', 'c2');
+    expect((await c2.end()).status).toBe(503);
+    expect((await c1.end()).status).toBe(202);
+    expect(pipeline.inFlightBodyBytes).toBe(0);
+  });
+
+  it('a body slower than the minimum rate loses its budget and is answered 408', async () => {
+    const { pipeline } = setup({ maxBodyBytes: 5000 }, { minRate: { bytesPerSecond: 10_000, graceMs: 100 } });
+    const body = Buffer.alloc(2000, 0x20);
+    const d = await pipeline.begin(head({ contentLength: 2000, headers: githubHeaders('shh', body) }));
+    if (!('accept' in d)) throw new Error('expected accept');
+    d.accept.write(body.subarray(0, 100));
+    expect(pipeline.inFlightBodyBytes).toBe(100);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(pipeline.inFlightBodyBytes).toBe(0);
+    d.accept.write(body.subarray(100));
+    expect(pipeline.inFlightBodyBytes).toBe(0);
+    expect(await d.accept.end()).toMatchObject({ status: 408, close: true });
   });
 
   it('a chunked body that outgrows the budget mid-stream gets 503, holds nothing, and releases', async () => {
@@ -159,8 +213,10 @@ describe('createPipeline: decisions on the head', () => {
     const d = await pipeline.begin(
       head({ contentLength: 900, headers: githubHeaders('shh', Buffer.alloc(900)) }),
     );
+    if (!('accept' in d)) throw new Error('expected accept');
+    d.accept.write(Buffer.alloc(900));
     expect(pipeline.inFlightBodyBytes).toBe(900);
-    if ('accept' in d) d.accept.abort('client_gone');
+    d.accept.abort('client_gone');
     expect(pipeline.inFlightBodyBytes).toBe(0);
   });
 });

@@ -16,8 +16,8 @@ process.emitWarning = (warning, ...rest) => {
   if (type === 'TimeoutNegativeWarning' || warning?.name === 'TimeoutNegativeWarning') return;
   return emitWarning.call(process, warning, ...rest);
 };
-// Memory tuning for the roles that run a worker (`start`, role worker or all; see docs/operations.md,
-// "Worker memory"). V8's defaults let a busy worker's young generation commit 128 MiB and its old
+// Memory tuning for the roles that run a worker or face the internet (`start`, role worker, ingest
+// or all; see docs/operations.md, "Worker memory"; for ingest, docs/ingest.md "Holding the door"). V8's defaults let a busy worker's young generation commit 128 MiB and its old
 // space grow to ~4× the live heap before a full GC, and RSS keeps that high-water mark: with a
 // spilled backlog the worker sat at ~700-1000 MiB RSS over a ~100 MiB live heap. A 16 MiB
 // semi-space, a 1.5× old-space growing factor and two malloc arenas roughly halve that. The
@@ -28,7 +28,11 @@ const argv = process.argv.slice(2);
 const roleArg = argv.findIndex((a) => a === '--role' || a.startsWith('--role='));
 const role =
   roleArg < 0 ? 'all' : argv[roleArg].includes('=') ? argv[roleArg].split('=')[1] : argv[roleArg + 1];
-if (argv[0] === 'start' && (role === 'worker' || role === 'all') && typeof process.execve === 'function') {
+if (
+  argv[0] === 'start' &&
+  (role === 'worker' || role === 'all' || role === 'ingest') &&
+  typeof process.execve === 'function'
+) {
   // Every environment read goes through the shared config (its config module alone: no Redis,
   // Kafka or logger is loaded before the re-exec).
   const { loadNodeTuning } = await import('@spillway/shared/config');

@@ -13,6 +13,12 @@ export const DEFAULTS = {
   SPILLWAY_INGEST_PORT: '8080',
   SPILLWAY_ADMIN_PORT: '8081',
   SPILLWAY_HOST: '0.0.0.0',
+  /**
+   * Address the admin port (admin API, /metrics, /healthz, /readyz) listens on. Loopback by default:
+   * the ingest port faces the internet, the admin port should not unless the operator says so
+   * (containers set 0.0.0.0 and put the port behind their network policy).
+   */
+  SPILLWAY_ADMIN_HOST: '127.0.0.1',
   SPILLWAY_INGEST_BACKEND: 'auto',
   SPILLWAY_RETRY_SCHEDULE: '5s,5m,30m,2h,5h,10h,10h',
   SPILLWAY_TARGET_ALLOW_CIDRS: '',
@@ -97,6 +103,17 @@ export interface RedisTarget {
   nodes: { host: string; port: number }[];
 }
 
+/**
+ * A malformed URL may still carry a password: everything before the last `@` (after the scheme's
+ * `//`, if any) is userinfo and is never echoed.
+ */
+export function redactUserinfo(s: string): string {
+  const at = s.lastIndexOf('@');
+  if (at < 0) return s;
+  const scheme = /^[^/@]*\/\//.exec(s)?.[0] ?? '';
+  return `${scheme}***${s.slice(at)}`;
+}
+
 const schema = z.object({
   SPILLWAY_REDIS_URL: z.string().transform((s, ctx): RedisTarget => {
     const cluster = /^redis\+cluster:\/\/(.+)$/.exec(s);
@@ -113,7 +130,7 @@ const schema = z.object({
     }
     return invalid(
       ctx,
-      `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${s}")`,
+      `SPILLWAY_REDIS_URL must be redis://host:port, rediss://... or redis+cluster://host:port,... (got "${redactUserinfo(s)}")`,
     );
   }),
   SPILLWAY_KAFKA_BROKERS: z.string().transform((s, ctx) => {
@@ -128,7 +145,12 @@ const schema = z.object({
   SPILLWAY_INGEST_PORT: port('SPILLWAY_INGEST_PORT'),
   SPILLWAY_ADMIN_PORT: port('SPILLWAY_ADMIN_PORT'),
   SPILLWAY_HOST: z.string().min(1, 'SPILLWAY_HOST must be an address to listen on'),
+  SPILLWAY_ADMIN_HOST: z.string().min(1, 'SPILLWAY_ADMIN_HOST must be an address to listen on'),
   SPILLWAY_ADMIN_TOKEN: z.string().optional(),
+  SPILLWAY_METRICS_TOKEN: z
+    .string()
+    .min(16, 'SPILLWAY_METRICS_TOKEN must be at least 16 characters (or unset: /metrics without a token)')
+    .optional(),
   SPILLWAY_INGEST_BACKEND: z.enum(['uring', 'node', 'auto'], {
     error: (i) => `SPILLWAY_INGEST_BACKEND must be uring, node or auto (got "${String(i.input)}")`,
   }),
@@ -213,6 +235,7 @@ function parseEnv<S extends z.ZodType>(env: NodeJS.ProcessEnv, s: S): z.output<S
   const raw: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
   raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
+  raw.SPILLWAY_METRICS_TOKEN = env.SPILLWAY_METRICS_TOKEN || undefined;
   const parsed = s.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -229,8 +252,13 @@ export interface Config {
   kafkaBrokers: string[];
   ingestPort: number;
   adminPort: number;
+  /** Listen address of the ingest port. */
   host: string;
+  /** Listen address of the admin port (default loopback). */
+  adminHost: string;
   adminToken: string | undefined;
+  /** Bearer token /metrics requires when set. */
+  metricsToken: string | undefined;
   ingestBackend: 'uring' | 'node' | 'auto';
   retryScheduleMs: number[];
   /** Maximum delivery attempts: the schedule's length + 1. */
@@ -266,7 +294,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     ingestPort: c.SPILLWAY_INGEST_PORT,
     adminPort: c.SPILLWAY_ADMIN_PORT,
     host: c.SPILLWAY_HOST,
+    adminHost: c.SPILLWAY_ADMIN_HOST,
     adminToken: c.SPILLWAY_ADMIN_TOKEN,
+    metricsToken: c.SPILLWAY_METRICS_TOKEN,
     ingestBackend: c.SPILLWAY_INGEST_BACKEND,
     retryScheduleMs: Object.freeze(c.SPILLWAY_RETRY_SCHEDULE) as number[],
     maxAttempts: c.SPILLWAY_RETRY_SCHEDULE.length + 1,

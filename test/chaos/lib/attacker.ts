@@ -8,6 +8,12 @@ import { Readable } from 'node:stream';
 import { Agent, request } from 'undici';
 
 const MiB = 1024 * 1024;
+/**
+ * The attacker's own loopback address: ingest limits refused requests per client address (issue 15),
+ * and the real traffic it is measured against comes from 127.0.0.1, as a provider and an attacker
+ * come from different addresses.
+ */
+const FROM = '127.0.0.2';
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export interface AttackResult {
@@ -23,7 +29,7 @@ function swarm(port: number, path: string, n: number) {
   let closedByServer = 0;
   let stopping = false;
   for (let i = 0; i < n; i++) {
-    const s = connect(port, '127.0.0.1');
+    const s = connect({ port, host: '127.0.0.1', localAddress: FROM });
     s.on('error', () => {});
     s.on('close', () => {
       if (!stopping) closedByServer++;
@@ -89,7 +95,12 @@ export async function attack(
   n: number,
   durationMs: number,
 ): Promise<AttackResult> {
-  const agent = new Agent({ connections: 64, headersTimeout: 20_000, bodyTimeout: 20_000 });
+  const agent = new Agent({
+    connections: 64,
+    headersTimeout: 20_000,
+    bodyTimeout: 20_000,
+    connect: { localAddress: FROM },
+  });
   const sw = swarm(port, path, n);
   const statuses: Record<string, number> = {};
   let bursts = 0;

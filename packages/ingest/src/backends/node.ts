@@ -18,9 +18,23 @@ export interface NodeServerOptions extends IngestServerOptions {
   lingerBytes?: number;
   /** How long close() lets in-flight requests finish before cutting them. Default 5 s. */
   closeGraceMs?: number;
+  /**
+   * Unsent output a connection may hold before it is no longer read (resumed on 'drain'). Default
+   * 64 KiB, the io_uring backend's bound.
+   */
+  maxUnsentBytes?: number;
+  /**
+   * Requests one connection may have waiting for their answers to be written (pipelined behind an
+   * unanswered one). node:http parses a whole read (up to 64 KiB, thousands of tiny pipelined
+   * requests) before it can stop, so past this the connection is closed. Default 128.
+   */
+  maxPipelined?: number;
 }
 
 const JSON_TYPE = 'application/json';
+
+/** Per connection: requests whose answer is not yet handed to the socket. */
+const outstanding = new WeakMap<Socket, number>();
 
 function headOf(req: http.IncomingMessage): RequestHead {
   const headers: Record<string, string> = {};
@@ -93,6 +107,8 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
   const hardMax = opts.maxBodyBytes ?? Number.POSITIVE_INFINITY;
   const lingerMs = opts.lingerMs ?? 2000;
   const lingerBytes = opts.lingerBytes ?? 256 * 1024;
+  const maxUnsent = opts.maxUnsentBytes ?? 64 * 1024;
+  const maxPipelined = opts.maxPipelined ?? 128;
 
   const server = http.createServer(
     {
@@ -103,7 +119,32 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
       keepAliveTimeout: opts.keepAliveTimeoutMs ?? 5000,
       maxHeaderSize: opts.maxHeaderBytes ?? 16 * 1024,
     },
-    (req, res) => void onRequest(req, res),
+    (req, res) => {
+      // A client that pipelines requests and never reads the answers makes us parse, answer and
+      // keep answers without end (issue 15). node:http stops reading once the socket's buffer is
+      // over its high-water mark, but only after the read in hand is parsed; so bound what waits.
+      const socket = req.socket;
+      const n = (outstanding.get(socket) ?? 0) + 1;
+      if (socket.destroyed) return;
+      if (n > maxPipelined) {
+        socket.destroy();
+        return;
+      }
+      outstanding.set(socket, n);
+      let counted = true;
+      const done = () => {
+        if (!counted) return;
+        counted = false;
+        outstanding.set(socket, (outstanding.get(socket) ?? 1) - 1);
+        if (socket.writableLength > maxUnsent && !socket.isPaused()) {
+          socket.pause();
+          socket.once('drain', () => socket.resume());
+        }
+      };
+      res.once('finish', done);
+      res.once('close', done);
+      void onRequest(req, res);
+    },
   );
   // A client error (bad framing, header overflow, timeout) answers and closes; never throws.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {

@@ -159,7 +159,8 @@ function addHealthPaths(doc: OpenApiDoc): OpenApiDoc {
       '/readyz': {
         get: {
           ...open,
-          summary: 'Redis and Kafka answer',
+          summary:
+            "what this process's roles need answers: Redis, and Kafka for worker and all (no kafka field otherwise)",
           responses: {
             200: json('ready', {
               status: { type: 'string' },
@@ -177,7 +178,7 @@ function addHealthPaths(doc: OpenApiDoc): OpenApiDoc {
       '/metrics': {
         get: {
           ...open,
-          summary: 'Prometheus metrics',
+          summary: 'Prometheus metrics (Authorization: Bearer $SPILLWAY_METRICS_TOKEN when that is set)',
           responses: {
             200: {
               description: 'Prometheus text',

@@ -14,9 +14,10 @@ export function buildProgram(): Command {
     .addOption(new Option('--role <role>', 'which role to run').choices(ROLES).default('all'))
     .action(async (opts: { role: Role }) => {
       const s = await start(opts.role);
-      const host = s.rt.config.host === '0.0.0.0' ? '127.0.0.1' : s.rt.config.host;
+      const shown = (h: string) => (h === '0.0.0.0' || h === '::' ? '127.0.0.1' : h);
+      const host = shown(s.rt.config.host);
       process.stdout.write(
-        `spillway ${opts.role} running\n  admin:  http://${host}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
+        `spillway ${opts.role} running\n  admin:  http://${shown(s.rt.config.adminHost)}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
       );
       if (opts.role === 'all' || opts.role === 'admin')
         process.stdout.write(

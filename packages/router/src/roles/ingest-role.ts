@@ -2,6 +2,7 @@ import { LeasedLimiter } from '@spillway/delivery';
 import {
   createIngestServer,
   createPipeline,
+  createRedisReplayGuard,
   createSourceCache,
   type IngestPipeline,
   type IngestServer,
@@ -113,6 +114,8 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
       keys: rt.keys,
       logger,
       bodyBudgetBytes: rt.config.ingestBodyBudget,
+      // github/shopify ids are outside the HMAC: a signed body is also deduplicated on its hash.
+      replayGuard: createRedisReplayGuard(rt.redis, rt.keys, rt.config.dedupWindowMs),
     });
     const server = await createIngestServer(
       rt.config.ingestBackend,

@@ -30,13 +30,15 @@ export async function start(role: Role, env?: NodeJS.ProcessEnv): Promise<Starte
   requireAdminToken(config);
   const rt = createRuntime(config);
   const handles: RoleHandle[] = [];
-  const http = createHttp(rt);
+  // Only the worker uses Kafka: an ingest or admin process starts, and stays ready, without it.
+  const needsKafka = role === 'all' || role === 'worker';
+  const http = createHttp(rt, { needsKafka });
   try {
     await checkRedis(rt);
-    await ensureSpillTopic(rt);
+    if (needsKafka) await ensureSpillTopic(rt);
     const roles: Exclude<Role, 'all'>[] = role === 'all' ? ['admin', 'worker', 'ingest'] : [role];
     for (const r of roles) handles.push(await (await starters[r]())({ rt, http }));
-    await http.listen({ port: config.adminPort, host: config.host });
+    await http.listen({ port: config.adminPort, host: config.adminHost });
   } catch (err) {
     for (const h of handles.reverse()) await h.close().catch(() => {});
     await http.close().catch(() => {});

@@ -33,6 +33,7 @@ typedef struct spw_conn {
   uint8_t keep_alive, responded, want_continue, close_after_send, fin_sent, head_started;
   uint8_t accepted; /* the embedder took the request (spw_server_continue): body past the window flows */
   uint8_t over_cap; /* body went past sink_cap: the embedder answers 413; input is discarded meanwhile */
+  uint8_t out_full; /* unsent output over its bound: no new request is framed, nothing read, until sends drain */
   spw_buf in;       /* received bytes not yet framed */
   spw_buf sending;  /* owned by the in-flight send: never reallocated while the kernel reads it */
   size_t sent;

@@ -37,6 +37,11 @@
  * TCP backpressure, as node:http gives) until the embedder accepts, so a request it is about to
  * refuse (unknown source, 403, 401, 429) cannot make it hold more than this. */
 #define PREACCEPT_BODY_BYTES (64u * 1024u)
+/* Unsent output a connection may queue. A client that pipelines requests and never reads its answers
+ * would otherwise make us frame, answer and queue without end (every answer is kept until it reads).
+ * Past this, the connection frames no new request and is not read until its sends drain below it;
+ * its own socket buffers fill and its writes block, as with any TCP peer that outruns its reader. */
+#define OUT_MAX_BYTES (64u * 1024u)
 
 enum { T_IGNORE = 0, T_ACCEPT = 1, T_RECV = 2, T_SEND = 3, T_WAKE = 4, T_TIMER = 5 };
 #define UD(tag, idx) (((uint64_t)(tag) << 56) | (uint64_t)(idx))
@@ -228,10 +233,16 @@ static void arm_accept(spw_server *s) {
   s->accept_armed = 1;
 }
 
+/* One recv per arm, not multishot: a multishot recv on a socket with a deep backlog keeps posting
+ * CQEs (re-queued in the kernel, one provided buffer each) until the ring runs dry, all before this
+ * thread can act on the first one. A connection told to stop reading (pipelined input over its
+ * bound, unsent output over its bound) then still hands us megabytes to keep. Single-shot, a
+ * connection reads at most one buffer past the point where it was told to stop; the re-arm is one
+ * more SQE in a submit that is made anyway. */
 static void arm_recv(spw_server *s, spw_conn *c, uint32_t idx) {
   struct io_uring_sqe *sqe = get_sqe(s);
   if (!sqe) return;
-  io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+  io_uring_prep_recv(sqe, c->fd, NULL, 0, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = BGID;
   io_uring_sqe_set_data64(sqe, UD(T_RECV, idx));
@@ -271,6 +282,8 @@ static void mark_dirty(spw_server *s, spw_conn *c) {
 
 /* ---------- connection protocol ---------- */
 
+static size_t out_queued(const spw_conn *c) { return (c->sending.len - c->sent) + c->pending.len; }
+
 static void queue_out(spw_server *s, spw_conn *c, const char *data, size_t len) {
   spw_buf_append(&c->pending, data, len);
   mark_dirty(s, c);
@@ -287,7 +300,7 @@ static void conn_close(spw_server *s, spw_conn *c) {
   if (c->closing) return;
   abort_request(s, c, "connection closed");
   c->closing = 1;
-  /* Wakes the armed multishot recv with EOF; the cancel covers kernels where it would not. */
+  /* Wakes the armed recv with EOF; the cancel covers kernels where it would not. */
   shutdown(c->fd, SHUT_RDWR);
   if (c->recv_armed) cancel_ud(s, UD(T_RECV, (uint32_t)(c - s->conns.slots)));
   mark_dirty(s, c);
@@ -391,6 +404,14 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
   for (;;) {
     if (c->closing || c->state == C_DRAIN || c->over_cap) return len;
     if (c->state == C_HEAD) {
+      if (out_queued(c) > OUT_MAX_BYTES) {
+        /* The next request waits (in `in`, then in the socket) until the client reads its answers. */
+        if (!c->out_full) {
+          c->out_full = 1;
+          stop_reading(s, c);
+        }
+        return off;
+      }
       size_t head_len = 0;
       int r = hp_scan_head(&c->scan, buf + off, len - off, &s->lim, &head_len);
       if (r == HP_AGAIN) {
@@ -498,10 +519,7 @@ static void on_data(spw_server *s, spw_conn *c, uint32_t idx, const char *data, 
   /* Pipelined bytes wait while a request is answered, body bytes past the pre-accept window while
    * it is decided; past a bound, stop reading (backpressure). */
   int holding = c->state == C_WAIT || (c->state == C_BODY && !c->accepted);
-  if (holding && c->in.len > pipeline_limit(s) && !c->paused && c->recv_armed) {
-    c->paused = 1;
-    cancel_ud(s, UD(T_RECV, idx));
-  }
+  if (holding && c->in.len > pipeline_limit(s)) stop_reading(s, c);
 }
 
 static void start_fin(spw_server *s, spw_conn *c) {
@@ -553,7 +571,7 @@ static void flush_dirty(spw_server *s) {
 }
 
 static void resume_reading(spw_server *s, spw_conn *c, uint32_t idx) {
-  if (c->paused && c->in.len <= pipeline_limit(s) && !c->over_cap) c->paused = 0;
+  if (c->paused && c->in.len <= pipeline_limit(s) && !c->over_cap && !c->out_full) c->paused = 0;
   if (!c->paused && !c->recv_armed && !c->read_eof && !c->closing) arm_recv(s, c, idx);
 }
 
@@ -790,6 +808,15 @@ static void on_send(spw_server *s, struct io_uring_cqe *cqe, uint32_t idx) {
     if (c->sent >= c->sending.len) {
       c->sending.len = 0;
       c->sent = 0;
+    }
+    if (c->out_full && out_queued(c) <= OUT_MAX_BYTES) {
+      /* The client read: frame what it pipelined meanwhile, and read again. */
+      c->out_full = 0;
+      if (c->state == C_HEAD && c->in.len) {
+        size_t used = process(s, c, c->in.p, c->in.len);
+        spw_buf_consume(&c->in, used);
+      }
+      if (!c->closing) resume_reading(s, c, idx);
     }
   }
   mark_dirty(s, c);
