@@ -364,7 +364,21 @@ async function main(): Promise<number> {
       const p = parked ? await settle(parked, sink, `${tag}-parked`, 180_000) : undefined;
       if (parked && p)
         note += `; parked: accepted ${parked.accepted.size}, delivered ${p.delivered}, lost ${p.lost}`;
-      if (s.lost) note += `; missing e.g. ${s.missing.join(', ')}`;
+      if (s.lost) {
+        // What Redis still knows of each missing event: its dedup marker (on the tenant's slot, so
+        // it survives a failover of the intake slot) and its delivery record.
+        const keys = createKeys(c.prefix);
+        const seen = await Promise.all(
+          s.missing.map(async (id) => {
+            const [marker, record] = await Promise.all([
+              c!.redis.get(keys.dedup('acme', id)).catch(() => 'error'),
+              c!.redis.exists(keys.event('acme', id)).catch(() => -1),
+            ]);
+            return `${id} (dedup=${marker ?? 'none'}, record=${record ? 'yes' : 'no'})`;
+          }),
+        );
+        note += `; missing e.g. ${seen.join(', ')}`;
+      }
       if (p?.lost) {
         note += `; parked missing e.g. ${p.missing.join(', ')}`;
         note += `; ${await spillLag(kafka.bootstrap, topic, c.prefix).catch((e) => `lag: ${(e as Error).message}`)}`;
