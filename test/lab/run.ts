@@ -460,10 +460,11 @@ async function main(): Promise<number> {
   process.stdout.write(`\nFault table (load ${RATE} events/s, 2 ingest, 3 workers):\n${table}\n`);
   if (curve.length) {
     const c2 = [
-      '| workers | events | deliveries/s | worker CPU ms per delivery |',
-      '| --- | --- | --- | --- |',
+      '| workers | events queued | measured deliveries | deliveries/s | worker CPU ms per delivery |',
+      '| --- | --- | --- | --- | --- |',
       ...curve.map(
-        (p) => `| ${p.workers} | ${p.events} | ${p.deliveriesPerS} | ${p.workerCpuMsPerDelivery} |`,
+        (p) =>
+          `| ${p.workers} | ${p.events} | ${p.measuredDeliveries} | ${p.deliveriesPerS} | ${p.workerCpuMsPerDelivery} |`,
       ),
     ].join('\n');
     process.stdout.write(`\nScaling curve (sink on loopback answers at once):\n${c2}\n`);
