@@ -122,20 +122,41 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
   }).admin();
   await admin.connect();
   try {
-    await admin.createTopics({
-      waitForLeaders: true,
-      topics: [
-        {
-          topic,
-          numPartitions: PARTITIONS,
-          replicationFactor: 3,
-          configEntries: [
-            { name: 'min.insync.replicas', value: '2' },
-            { name: 'max.message.bytes', value: String(8 * 1024 * 1024) },
-          ],
-        },
-      ],
-    });
+    // Right after the cluster forms, a broker may not know the new topic's partitions yet
+    // ("does not host this topic-partition"): create without waiting, then poll for leaders.
+    await until(
+      async () =>
+        admin
+          .createTopics({
+            waitForLeaders: false,
+            topics: [
+              {
+                topic,
+                numPartitions: PARTITIONS,
+                replicationFactor: 3,
+                configEntries: [
+                  { name: 'min.insync.replicas', value: '2' },
+                  { name: 'max.message.bytes', value: String(8 * 1024 * 1024) },
+                ],
+              },
+            ],
+          })
+          .then(() => true)
+          .catch((e: Error) => (/already exists/i.test(e.message) ? true : false)),
+      `spill topic ${topic} created`,
+      60_000,
+      500,
+    );
+    await until(
+      async () => {
+        const md = await admin.fetchTopicMetadata({ topics: [topic] }).catch(() => undefined);
+        const parts = md?.topics[0]?.partitions ?? [];
+        return parts.length === PARTITIONS && parts.every((p) => p.leader >= 0 && p.isr.length === 3);
+      },
+      `spill topic ${topic} leaders and full ISR`,
+      60_000,
+      500,
+    );
   } finally {
     await admin.disconnect();
   }
