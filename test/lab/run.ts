@@ -44,6 +44,8 @@ export interface FaultRow {
 export interface ScalePoint {
   workers: number;
   events: number;
+  /** Deliveries after every worker was ready (the rate and CPU are over these). */
+  measuredDeliveries: number;
   deliveriesPerS: number;
   workerCpuMsPerDelivery: number;
 }
@@ -88,23 +90,28 @@ function lagSampler(load: Load, sink: Sink, tag: string) {
   };
 }
 
-/** Waits until the sink saw every accepted id of `load` (bounded), then counts. */
+/**
+ * Waits (bounded) until the sink saw every accepted id of `load`, then counts. It compares ids, not
+ * counts: an event answered 503 may still have been committed (a commit that outlived its timeout)
+ * and be delivered too, so the sink can hold more ids than were accepted before it holds them all.
+ */
 async function settle(load: Load, sink: Sink, tag: string, timeoutMs: number) {
-  await until(
-    async () => (await sink.stats(tag)).unique >= load.accepted.size,
-    `${tag}: every accepted event delivered`,
-    timeoutMs,
-    1000,
-  ).catch(() => {});
-  const st = await sink.stats(tag, true);
-  const seen = new Set(st.ids ?? []);
-  let delivered = 0;
-  const missing: string[] = [];
-  for (const id of load.accepted) {
-    if (seen.has(id)) delivered++;
-    else if (missing.length < 5) missing.push(id);
+  const deadline = Date.now() + timeoutMs;
+  let missing: string[] = [];
+  let st = await sink.stats(tag, true);
+  for (let i = 0; i < 10_000; i++) {
+    const seen = new Set(st.ids ?? []);
+    missing = [...load.accepted].filter((id) => !seen.has(id));
+    if (missing.length === 0 || Date.now() > deadline) break;
+    await sleep(2000);
+    st = await sink.stats(tag, true);
   }
-  return { delivered, lost: load.accepted.size - delivered, duplicates: st.dupes, missing };
+  return {
+    delivered: load.accepted.size - missing.length,
+    lost: missing.length,
+    duplicates: st.dupes,
+    missing: missing.slice(0, 5),
+  };
 }
 
 async function createSpillTopic(brokers: string, topic: string): Promise<void> {
@@ -115,20 +122,41 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
   }).admin();
   await admin.connect();
   try {
-    await admin.createTopics({
-      waitForLeaders: true,
-      topics: [
-        {
-          topic,
-          numPartitions: PARTITIONS,
-          replicationFactor: 3,
-          configEntries: [
-            { name: 'min.insync.replicas', value: '2' },
-            { name: 'max.message.bytes', value: String(8 * 1024 * 1024) },
-          ],
-        },
-      ],
-    });
+    // Right after the cluster forms, a broker may not know the new topic's partitions yet
+    // ("does not host this topic-partition"): create without waiting, then poll for leaders.
+    await until(
+      async () =>
+        admin
+          .createTopics({
+            waitForLeaders: false,
+            topics: [
+              {
+                topic,
+                numPartitions: PARTITIONS,
+                replicationFactor: 3,
+                configEntries: [
+                  { name: 'min.insync.replicas', value: '2' },
+                  { name: 'max.message.bytes', value: String(8 * 1024 * 1024) },
+                ],
+              },
+            ],
+          })
+          .then(() => true)
+          .catch((e: Error) => (/already exists/i.test(e.message) ? true : false)),
+      `spill topic ${topic} created`,
+      60_000,
+      500,
+    );
+    await until(
+      async () => {
+        const md = await admin.fetchTopicMetadata({ topics: [topic] }).catch(() => undefined);
+        const parts = md?.topics[0]?.partitions ?? [];
+        return parts.length === PARTITIONS && parts.every((p) => p.leader >= 0 && p.isr.length === 3);
+      },
+      `spill topic ${topic} leaders and full ISR`,
+      60_000,
+      500,
+    );
   } finally {
     await admin.disconnect();
   }
@@ -357,7 +385,21 @@ async function main(): Promise<number> {
       const p = parked ? await settle(parked, sink, `${tag}-parked`, 180_000) : undefined;
       if (parked && p)
         note += `; parked: accepted ${parked.accepted.size}, delivered ${p.delivered}, lost ${p.lost}`;
-      if (s.lost) note += `; missing e.g. ${s.missing.join(', ')}`;
+      if (s.lost) {
+        // What Redis still knows of each missing event: its dedup marker (on the tenant's slot, so
+        // it survives a failover of the intake slot) and its delivery record.
+        const keys = createKeys(c.prefix);
+        const seen = await Promise.all(
+          s.missing.map(async (id) => {
+            const [marker, record] = await Promise.all([
+              c!.redis.get(keys.dedup('acme', id)).catch(() => 'error'),
+              c!.redis.exists(keys.event('acme', id)).catch(() => -1),
+            ]);
+            return `${id} (dedup=${marker ?? 'none'}, record=${record ? 'yes' : 'no'})`;
+          }),
+        );
+        note += `; missing e.g. ${seen.join(', ')}`;
+      }
       if (p?.lost) {
         note += `; parked missing e.g. ${p.missing.join(', ')}`;
         note += `; ${await spillLag(kafka.bootstrap, topic, c.prefix).catch((e) => `lag: ${(e as Error).message}`)}`;
@@ -384,7 +426,7 @@ async function main(): Promise<number> {
       // Scaling: events queue up durably with no worker running; then k workers drain them.
       for (const w of workers) await w.proc.stop(30_000);
       workers.length = 0;
-      const n = Number(process.env.SPILLWAY_LAB_SCALE_EVENTS ?? 6000);
+      const n = Number(process.env.SPILLWAY_LAB_SCALE_EVENTS ?? 12_000);
       for (const k of [1, 2, 3]) {
         const tag = `scale-${k}`;
         await c.endpoint('acme', `ep-${tag}`, sink.url('ok', tag));
@@ -392,8 +434,11 @@ async function main(): Promise<number> {
         load.start(1000);
         await until(() => load.sent >= n, 'scale events sent', 120_000, 100);
         await load.stop();
-        const started: RoleProc[] = [];
-        for (let i = 0; i < k; i++) started.push(await c.startRole('worker'));
+        // Workers start in parallel; the rate and CPU are measured from the moment all are ready
+        // (what one drained before the others were up is left out).
+        const started = await Promise.all(Array.from({ length: k }, () => c!.startRole('worker')));
+        const t0 = performance.timeOrigin + performance.now();
+        const d0 = (await sink.stats(tag)).unique;
         const cpu0 = started.reduce((a, w) => a + cpuMs(w.proc.pid), 0);
         await until(
           async () => (await snk.stats(tag)).unique >= load.accepted.size,
@@ -403,16 +448,19 @@ async function main(): Promise<number> {
         );
         const cpu1 = started.reduce((a, w) => a + cpuMs(w.proc.pid), 0);
         const st = await sink.stats(tag);
+        const measured = st.unique - d0;
         const point = {
           workers: k,
           events: load.accepted.size,
-          deliveriesPerS: Math.round((st.unique / Math.max(1, st.last - st.first)) * 1000),
-          workerCpuMsPerDelivery: Number(((cpu1 - cpu0) / st.unique).toFixed(3)),
+          deliveriesPerS: Math.round((measured / Math.max(1, st.last - t0)) * 1000),
+          workerCpuMsPerDelivery: Number(((cpu1 - cpu0) / Math.max(1, measured)).toFixed(3)),
+          measuredDeliveries: measured,
         };
         curve.push(point);
         log(`scale: ${JSON.stringify(point)}`);
         for (const w of started) await w.proc.stop(30_000);
         await c.store.deleteEndpoint('acme', `ep-${tag}`);
+        await sink.reset(tag);
       }
     }
   } finally {
@@ -433,10 +481,11 @@ async function main(): Promise<number> {
   process.stdout.write(`\nFault table (load ${RATE} events/s, 2 ingest, 3 workers):\n${table}\n`);
   if (curve.length) {
     const c2 = [
-      '| workers | events | deliveries/s | worker CPU ms per delivery |',
-      '| --- | --- | --- | --- |',
+      '| workers | events queued | measured deliveries | deliveries/s | worker CPU ms per delivery |',
+      '| --- | --- | --- | --- | --- |',
       ...curve.map(
-        (p) => `| ${p.workers} | ${p.events} | ${p.deliveriesPerS} | ${p.workerCpuMsPerDelivery} |`,
+        (p) =>
+          `| ${p.workers} | ${p.events} | ${p.measuredDeliveries} | ${p.deliveriesPerS} | ${p.workerCpuMsPerDelivery} |`,
       ),
     ].join('\n');
     process.stdout.write(`\nScaling curve (sink on loopback answers at once):\n${c2}\n`);
