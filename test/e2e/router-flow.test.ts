@@ -44,9 +44,10 @@ describe('router flow', () => {
     expect(view!.deliveries.map((d) => d.endpointId).sort()).toEqual([epAll.id, epOrders.id].sort());
     expect(view!.deliveries[0]).toMatchObject({ status: 'delivered', attempts: 1, lastStatus: 200 });
     expect(all.got.get('e3')).toBe(1);
+    // Totals come from the shared counters (flushed every 250 ms), credits from the worker's
+    // heartbeat (every second): wait for both to show the finished state.
     const stats = await waitFor(async () => {
       const st = await s.services.tenantStats(t.id);
-      // Workers publish their numbers every second: wait for the one taken after the last settle.
       return st.delivered === 40 && st.credits.used === 0 ? st : undefined;
     }, 'stats summed from the worker');
     expect(stats).toMatchObject({ status: 'active', credits: { used: 0, limit: 100 }, dlq: 0, failed: 0 });
