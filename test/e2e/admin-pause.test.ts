@@ -4,7 +4,8 @@ import { type Started, start } from '@spillway/router';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { type Spawned, spawnSpillway, waitFor } from '../helpers/spawn.ts';
+import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * Pause/resume through the admin API reach every worker within 1 s: two `spillway start --role

@@ -8,7 +8,7 @@ import {
 import type { Tenant } from '@spillway/shared';
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PrivateRedisCluster } from '../helpers/router-cluster.ts';
+import { PrivateRedisCluster } from '../helpers/redis-server.ts';
 import {
   createSpillTopic,
   dropSpillTopic,
@@ -19,7 +19,7 @@ import {
   routerRuntime,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * Spillway against a real 3-master Redis Cluster (`redis+cluster://`): one group commit mixes

@@ -9,6 +9,8 @@ import {
 import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import { PrivateKafka } from '../helpers/kafka-broker.ts';
+import { PrivateRedis } from '../helpers/redis-server.ts';
 import {
   createSpillTopic,
   dropSpillTopic,
@@ -18,8 +20,7 @@ import {
   ROUTER_TEST_ENV,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
-import { freePort, PrivateKafka, PrivateRedis } from '../helpers/router-services.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -68,9 +69,9 @@ describe('restarts of the backing services (no process restart)', () => {
   it('Redis (AOF) restarts mid-run: the worker recovers by itself and every accepted event is delivered', {
     timeout: 150_000,
   }, async () => {
-    const redis = new PrivateRedis(await freePort());
+    const redis = new PrivateRedis(0, { aof: 'always' });
     await redis.start();
-    cleanup.push(() => redis.stop());
+    cleanup.push(() => redis.destroy());
     const w = await world({ SPILLWAY_REDIS_URL: redis.url });
     const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1200);
     await waitFor(() => w.r.got.size >= 200, 'deliveries before the restart', 60_000);
@@ -94,9 +95,9 @@ describe('restarts of the backing services (no process restart)', () => {
   it('the Kafka broker restarts while tasks are spilled: the worker recovers by itself and every accepted event is delivered', {
     timeout: 240_000,
   }, async () => {
-    const kafka = new PrivateKafka(await freePort(), await freePort());
+    const kafka = new PrivateKafka();
     await kafka.start();
-    cleanup.push(() => kafka.stop());
+    cleanup.push(() => kafka.destroy());
     const w = await world({ SPILLWAY_KAFKA_BROKERS: kafka.brokers });
     const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1000);
     await waitFor(

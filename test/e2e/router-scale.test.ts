@@ -18,7 +18,7 @@ import {
   ROUTER_TEST_ENV,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {

@@ -1,8 +1,8 @@
 import { createKeys, createLogger, createRedis, loadConfig, type RedisClient } from '@spillway/shared';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
+import { type PrivateRedis, startPrivateRedis } from '../../../test/helpers/redis-server.ts';
 import { LeasedLimiter, type LeasedLimiterOptions, type LeaseRecord } from '../src/index.ts';
-import { type OwnRedis, ownRedis } from './redis-server.ts';
 
 const config = testConfig();
 const keys = createKeys(config.prefix);
@@ -104,13 +104,13 @@ describe('LeasedLimiter', () => {
 });
 
 describe('LeasedLimiter when Redis goes away', () => {
-  let own: OwnRedis;
+  let own: PrivateRedis;
   let client: RedisClient;
   beforeAll(async () => {
-    own = await ownRedis();
+    own = await startPrivateRedis();
   });
   afterAll(async () => {
-    await own.cleanup();
+    await own.destroy();
   });
   afterEach(() => client?.disconnect());
 
@@ -129,7 +129,7 @@ describe('LeasedLimiter when Redis goes away', () => {
     const k = key();
     const rate = { perSecond: 50, burst: 5 };
     await l.acquire(k, rate);
-    await own.stop();
+    await own.kill();
     await sleep(50);
     // Drain anything leased before the stop, then ask for more than that.
     let served = 0;
@@ -153,7 +153,7 @@ describe('LeasedLimiter when Redis goes away', () => {
     const k = key();
     const rate = { perSecond: 40, burst: 4 };
     await l.acquire(k, rate);
-    await own.stop();
+    await own.kill();
     await sleep(50);
     const t0 = Date.now();
     // 20 tokens at 40 ÷ 2 = 20/s locally: about a second, not "never" and not "at once".

@@ -7,9 +7,9 @@
 import { randomBytes } from 'node:crypto';
 import type { Source } from '@spillway/shared';
 import { Agent, request } from 'undici';
-import { sleep } from '../../bench/lib/procs.ts';
 import { eventBody, signGithub } from '../../bench/lib/spillway.ts';
 import { Samples } from '../../bench/lib/stats.ts';
+import { sleep } from '../../helpers/wait.ts';
 
 export class LoadGen {
   readonly tag = randomBytes(3).toString('hex');

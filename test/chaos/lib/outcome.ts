@@ -1,8 +1,8 @@
 import { createKeys } from '@spillway/shared';
-import { until } from '../../bench/lib/procs.ts';
 import type { Sink } from '../../bench/lib/sink.ts';
 import { type SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
+import { waitFor } from '../../helpers/wait.ts';
 import type { LoadGen } from './load.ts';
 
 /** What every chaos scenario reports, as one line. */
@@ -44,7 +44,7 @@ export async function settle(
   tid = 'acme',
 ) {
   const want = load.accepted.size;
-  await until(
+  await waitFor(
     async () => {
       const st = await sink.stats(tag);
       return st.unique >= want;

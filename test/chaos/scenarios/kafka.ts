@@ -3,18 +3,19 @@
  * more keep arriving: no process may need a restart, and after resume every accepted event must be
  * delivered. Uses a broker of its own (separate state dir and ports), never the shared one.
  */
-import { rssSampler, sleep } from '../../bench/lib/procs.ts';
+import { rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
 import { describeDeath, SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
+import { PrivateKafka } from '../../helpers/kafka-broker.ts';
+import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
-import { OwnKafka } from '../lib/services.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
   const rate = short ? 100 : 200;
   const t0 = Date.now();
-  const own = new OwnKafka();
+  const own = new PrivateKafka();
   log('starting a Kafka broker of our own');
   await own.start();
   const sink = await startSink({ trackIds: true });

@@ -3,9 +3,11 @@
  * at random moments while load runs; the killed one is started again as a supervisor would.
  * Every event answered 2xx must reach the sink: at-least-once, duplicates counted.
  */
-import { freePort, rssSampler, sleep } from '../../bench/lib/procs.ts';
+import { rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
 import { describeDeath, type RoleName, type RoleProc, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { freePort } from '../../helpers/ports.ts';
+import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';

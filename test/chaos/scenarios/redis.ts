@@ -2,18 +2,19 @@
  * Redis stopped for 10 s under load, then started again on the same AOF: ingest must answer 503
  * (never 2xx) meanwhile, every process must recover on its own, and nothing accepted may be lost.
  */
-import { rssSampler, sleep } from '../../bench/lib/procs.ts';
+import { rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
 import { describeDeath, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { PrivateRedis } from '../../helpers/redis-server.ts';
+import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
-import { OwnRedis } from '../lib/services.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
   const rate = short ? 100 : 200;
   const t0 = Date.now();
-  const own = new OwnRedis();
+  const own = new PrivateRedis();
   await own.start();
   const sink = await startSink({ trackIds: true });
   const c = new SpillwayCluster('cr', {

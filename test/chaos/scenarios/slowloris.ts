@@ -4,10 +4,11 @@
  * signed traffic flows. The real traffic's p99 must stay within 2× of its p99 without the attack
  * and the ingest process's memory within budget; nothing accepted may be lost.
  */
-import { forkTs, rssOf, rssSampler, sleep } from '../../bench/lib/procs.ts';
+import { forkTs, rssOf, rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
 import { describeDeath, SpillwayCluster } from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
+import { sleep } from '../../helpers/wait.ts';
 import type { AttackResult } from '../lib/attacker.ts';
 import { LoadGen } from '../lib/load.ts';
 import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
