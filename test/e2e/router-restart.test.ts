@@ -20,7 +20,7 @@ import {
   ROUTER_TEST_ENV,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -39,7 +39,7 @@ function sender(submit: (id: string) => Promise<unknown>, total: number) {
         if (x.status === 'fulfilled') accepted.push(ids[k]!);
         else rejected++;
       });
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20); // pacing: a steady stream, not one burst
     }
   })();
   return { accepted, done, rejected: () => rejected };
@@ -76,7 +76,8 @@ describe('restarts of the backing services (no process restart)', () => {
     const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1200);
     await waitFor(() => w.r.got.size >= 200, 'deliveries before the restart', 60_000);
     await redis.stop();
-    await new Promise((res) => setTimeout(res, 1500));
+    // Redis stays down until the intake has refused submissions (503 while down).
+    await waitFor(() => s.rejected() > 0, 'a submission refused while Redis is down', 30_000);
     await redis.start();
     await s.done;
     await waitFor(
@@ -106,7 +107,13 @@ describe('restarts of the backing services (no process restart)', () => {
       60_000,
     );
     await kafka.stop();
-    await new Promise((res) => setTimeout(res, 2000));
+    // The broker stays down while 100 more events are accepted: they must wait for it to return.
+    const acceptedAtStop = s.accepted.length;
+    await waitFor(
+      () => s.accepted.length >= Math.min(1000, acceptedAtStop + 100),
+      'events accepted while the broker is down',
+      30_000,
+    );
     await kafka.start();
     await s.done;
     await waitFor(

@@ -4,6 +4,7 @@ import { createKeys, createLogger, createRedis, type RedisClient, VERSION } from
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
+import { waitFor } from '../../../test/helpers/wait.ts';
 import { Dispatcher, type DispatcherOptions } from '../src/index.ts';
 import { endpoint, percentile, type Receiver, receiver, task, tenant } from './helpers.ts';
 
@@ -146,12 +147,16 @@ describe('Dispatcher: endpoint breaker', () => {
     expect(r.requests.length).toBe(seen);
     expect(d.inFlight('brk')).toBe(0);
 
-    await new Promise((res) => setTimeout(res, 500));
-    expect(d.breakerState('brk', 'e1')).toBe('half-open');
+    await waitFor(() => d.breakerState('brk', 'e1') === 'half-open', 'the breaker to half-open', 5_000, 20);
     // A failing probe re-opens it.
     expect((await d.dispatch(task('brk', 'e1'), t, ep)).kind).toBe('retry');
     expect(d.breakerState('brk', 'e1')).toBe('open');
-    await new Promise((res) => setTimeout(res, 500));
+    await waitFor(
+      () => d.breakerState('brk', 'e1') === 'half-open',
+      'the breaker to half-open again',
+      5_000,
+      20,
+    );
     failing = false;
     expect((await d.dispatch(task('brk', 'e1'), t, ep)).kind).toBe('delivered');
     expect(d.breakerState('brk', 'e1')).toBe('closed');

@@ -6,9 +6,9 @@
 import { connect, type Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { Agent, request } from 'undici';
+import { sleep } from '../../helpers/wait.ts';
 
 const MiB = 1024 * 1024;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export interface AttackResult {
   bursts: number;
