@@ -1,25 +1,7 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createRuntime,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
-import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import { testEnv } from '../helpers/env.ts';
 import { PrivateKafka } from '../helpers/kafka-broker.ts';
 import { PrivateRedis } from '../helpers/redis-server.ts';
-import {
-  createSpillTopic,
-  dropSpillTopic,
-  makeEndpoint,
-  makeEvent,
-  makeTenant,
-  ROUTER_TEST_ENV,
-  startReceiver,
-} from '../helpers/router-fixtures.ts';
+import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -46,23 +28,12 @@ function sender(submit: (id: string) => Promise<unknown>, total: number) {
 }
 
 async function world(env: Record<string, string>) {
-  const rt: Runtime = createRuntime(loadConfig(testEnv({ ...ROUTER_TEST_ENV, ...env })));
-  await createSpillTopic(rt);
-  const store = new ConfigStore(rt.redis, rt.keys);
-  const services = createRouterServices(rt);
-  const r = await startReceiver(() => ({ status: 200, delayMs: 10 }));
-  let worker: WorkerHandle | undefined;
-  cleanup.push(async () => {
-    await worker?.close();
-    await services.close();
-    await r.close();
-    await rt.close();
-    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
-  });
-  const t = await makeTenant(store, { maxInFlight: 10, concurrency: 10 });
-  await makeEndpoint(store, t.id, r.url);
-  worker = await createWorker(rt);
-  return { rt, services, r, t, worker };
+  const h = await routerHarness(cleanup, env);
+  const r = await h.receiver(() => ({ status: 200, delayMs: 10 }));
+  const t = await makeTenant(h.store, { maxInFlight: 10, concurrency: 10 });
+  await makeEndpoint(h.store, t.id, r.url);
+  const worker = await h.worker();
+  return { services: h.services, r, t, worker };
 }
 
 describe('restarts of the backing services (no process restart)', () => {

@@ -133,7 +133,13 @@ export interface RouterHarness {
   rt: Runtime;
   store: ConfigStore;
   services: ReturnType<typeof createRouterServices>;
-  worker(): Promise<WorkerHandle>;
+  /**
+   * Another runtime on the same config: its own connections, worker id and Kafka group member, as
+   * a separate process would have.
+   */
+  runtime(): Runtime;
+  /** A worker on `on` (the harness's runtime when omitted). */
+  worker(on?: Runtime): Promise<WorkerHandle>;
   stopWorker(w: WorkerHandle): Promise<void>;
   receiver(behave?: Receiver['behave']): Promise<Receiver>;
 }
@@ -153,10 +159,12 @@ export async function routerHarness(
   const services = createRouterServices(rt);
   const workers = new Set<WorkerHandle>();
   const receivers: Receiver[] = [];
+  const runtimes: Runtime[] = [];
   cleanup.push(async () => {
     for (const w of workers) await w.close();
     for (const r of receivers) await r.close();
     await services.close();
+    for (const other of runtimes) await other.close();
     await rt.close();
     await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
   });
@@ -164,8 +172,13 @@ export async function routerHarness(
     rt,
     store,
     services,
-    async worker() {
-      const w = await createWorker(rt);
+    runtime() {
+      const other = createRuntime(rt.config);
+      runtimes.push(other);
+      return other;
+    },
+    async worker(on = rt) {
+      const w = await createWorker(on);
       workers.add(w);
       return w;
     },
