@@ -1,6 +1,11 @@
 import { createKeys } from '@spillway/shared';
 import type { Sink } from '../../bench/lib/sink.ts';
-import { type SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
+import {
+  describeDeath,
+  type RoleProc,
+  type SpillwayCluster,
+  tenantCounters,
+} from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
 import { waitFor } from '../../helpers/wait.ts';
 import type { LoadGen } from './load.ts';
@@ -87,3 +92,71 @@ export async function settle(
 }
 
 export const toMiB = (b: number) => b / MiB;
+
+export type Settled = Awaited<ReturnType<typeof settle>>;
+
+/**
+ * A scenario's Outcome from its load and what `settle` found. Adds to `failures` every role in
+ * `roles` that died and any loss; `extra` comes after the dead-lettered count.
+ */
+export function outcome(o: {
+  scenario: string;
+  load: LoadGen;
+  settled: Settled;
+  roles: readonly RoleProc[];
+  maxRss: number;
+  extra: Record<string, string | number>;
+  failures: string[];
+  t0: number;
+}): Outcome {
+  const { load: l, settled: s, failures } = o;
+  for (const r of o.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
+  if (s.lost > 0)
+    failures.push(
+      `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+    );
+  return {
+    scenario: o.scenario,
+    sent: l.sent,
+    accepted: l.accepted.size,
+    delivered: s.delivered,
+    duplicates: s.duplicates,
+    lost: s.lost,
+    s503: l.count('503'),
+    maxRssMiB: toMiB(o.maxRss),
+    extra: { dead_lettered: s.deadLettered, ...o.extra },
+    failures,
+    seconds: (Date.now() - o.t0) / 1000,
+  };
+}
+
+/** The load's answers other than 202 and 503, as `status:count,…` (or `none`). */
+export function otherStatuses(l: LoadGen): string {
+  return (
+    [...l.statuses]
+      .filter(([k]) => !['202', '503'].includes(k))
+      .map(([k, v]) => `${k}:${v}`)
+      .join(',') || 'none'
+  );
+}
+
+/** The one tenant every scenario loads: `acme` with an endpoint on the sink (tagged `tag`) and a GitHub source. */
+export async function acme(c: SpillwayCluster, sink: Sink, tag: string) {
+  await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
+  await c.endpoint('acme', 'ep', sink.url('ok', tag));
+  return c.githubSource('acme', 'gh');
+}
+
+/** Stops the load, the sampler, the cluster and the sink (the scenario's `finally`). */
+export async function tearDown(w: {
+  rss: { stop(): unknown };
+  load?: LoadGen;
+  c: SpillwayCluster;
+  sink: Sink;
+}): Promise<void> {
+  w.rss.stop();
+  await w.load?.stop().catch(() => {});
+  await w.load?.close().catch(() => {});
+  await w.c.close();
+  await w.sink.close();
+}

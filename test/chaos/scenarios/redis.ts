@@ -4,11 +4,11 @@
  */
 import { rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
-import { describeDeath, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { SpillwayCluster } from '../../bench/lib/spillway.ts';
 import { PrivateRedis } from '../../helpers/redis-server.ts';
 import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
-import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
+import { acme, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
@@ -25,9 +25,7 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
   let load: LoadGen | undefined;
   const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
   try {
-    await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
-    await c.endpoint('acme', 'ep', sink.url('ok', 'rd'));
-    const src = await c.githubSource('acme', 'gh');
+    const src = await acme(c, sink, 'rd');
     const ingest = await c.startRole('ingest');
     await c.startRole('worker');
     await c.startRole('admin');
@@ -63,40 +61,23 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
     if (during.s503 - before.s503 === 0) failures.push('no 503 while Redis was down');
     if (after - during.accepted === 0) failures.push('ingest accepted nothing after Redis came back');
     if (readyAfter !== 200) failures.push(`/readyz answered ${readyAfter} after Redis came back`);
-    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
-    if (s.lost > 0)
-      failures.push(
-        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
-      );
-    return {
+    return outcome({
       scenario: 'redis-restart',
-      sent: l.sent,
-      accepted: l.accepted.size,
-      delivered: s.delivered,
-      duplicates: s.duplicates,
-      lost: s.lost,
-      s503: l.count('503'),
-      maxRssMiB: toMiB(rss.max()),
+      load: l,
+      settled: s,
+      roles: c.roles,
+      maxRss: rss.max(),
       extra: {
-        dead_lettered: s.deadLettered,
         down_s: 10,
         accepted_while_down: during.accepted - before.accepted,
         readyz_while_down: readyDuring,
-        other:
-          [...l.statuses]
-            .filter(([k]) => !['202', '503'].includes(k))
-            .map(([k, v]) => `${k}:${v}`)
-            .join(',') || 'none',
+        other: otherStatuses(l),
       },
       failures,
-      seconds: (Date.now() - t0) / 1000,
-    };
+      t0,
+    });
   } finally {
-    rss.stop();
-    await load?.stop().catch(() => {});
-    await load?.close().catch(() => {});
-    await c.close();
-    await sink.close();
+    await tearDown({ rss, load, c, sink });
     await own.destroy();
   }
 }
