@@ -7,8 +7,8 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
 import { type PrivateRedis, startPrivateRedis } from '../../../test/helpers/redis-server.ts';
+import { type StartedRouter, startRouter } from '../../../test/helpers/router-started.ts';
 import { waitFor } from '../../../test/helpers/wait.ts';
-import { type StartedRouter, startRouter } from './started.ts';
 
 /**
  * Events, DLQ and stats routes against a real `start('all')` (admin + worker + ingest in one
