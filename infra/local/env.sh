@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Source this file: puts Node >= 24 and pnpm on PATH, bootstrapping both from the npm registry
-# into .cache/ when the machine's node is older. Idempotent and quiet on the second run.
+# Source this file: puts Node >= 24, pnpm and `spillway` on PATH, bootstrapping Node and pnpm from
+# the npm registry into .cache/ when the machine's node is older. Idempotent and quiet on the second
+# run.
 _spw_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 _spw_cache="$_spw_root/.cache"
 _spw_node_major() { "${1:-node}" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
@@ -28,4 +29,9 @@ if ! command -v pnpm >/dev/null 2>&1 || [ "$(pnpm --version 2>/dev/null | cut -d
   export PATH="$_spw_cache/pnpm/bin:$PATH"
 fi
 export PATH="$_spw_root/node_modules/.bin:$PATH"
+# `spillway`: pnpm links workspace packages' bins only into their dependents, never the root's own
+# `bin`, so link the CLI into .cache/bin (Node resolves the symlink, so its relative imports work).
+mkdir -p "$_spw_cache/bin"
+ln -sfn "$_spw_root/packages/router/bin/spillway.mjs" "$_spw_cache/bin/spillway"
+case ":$PATH:" in *":$_spw_cache/bin:"*) ;; *) export PATH="$_spw_cache/bin:$PATH" ;; esac
 unset _spw_root _spw_cache _spw_tmp

@@ -529,6 +529,10 @@ describe('/openapi.json', () => {
       'GET /healthz',
       'GET /readyz',
       'GET /metrics',
+      // The operator console's own routes (docs/console.md).
+      'GET /console/api/session',
+      'GET /console/api/stream',
+      'GET /console/api/tenants/{tid}/stream',
     ];
     expect(ops.sort()).toEqual(expected.sort());
     // The same schema objects validate requests: the document carries additionalProperties: false.

@@ -10,7 +10,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { waitFor } from '../../helpers/wait.ts';
-import { forkTs } from '../lib/procs.ts';
+import { cpuMicrosOf, forkTs } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import {
@@ -38,6 +38,8 @@ interface CaseResult {
   preload?: number;
   /** Redis commands the worker caused from its start to the last delivery, per delivery. */
   redis?: number;
+  /** Worker CPU µs (user + system) per delivery. */
+  cpuUs?: number;
   ok: boolean;
   note?: string;
 }
@@ -126,7 +128,14 @@ async function naive(sink: Sink, deliveries: number, tag: string, quick: boolean
       );
     });
     const started = performance.timeOrigin + performance.now();
-    return { ...(await drained(sink, tag, deliveries, started, quick)), preload };
+    const cpu0 = await cpuMicrosOf(p.pid);
+    const d = await drained(sink, tag, deliveries, started, quick);
+    const cpu1 = await cpuMicrosOf(p.pid);
+    const cpuUs =
+      cpu0 === undefined || cpu1 === undefined
+        ? undefined
+        : (cpu1 - cpu0) / Math.max(1, Number(d.delivered.split('/')[0]));
+    return { ...d, preload, cpuUs };
   } finally {
     await proc?.stop(5000);
     await queue.close().catch(() => {});
@@ -160,13 +169,21 @@ async function spillway(
     }
     const preload = (events * 1000) / (performance.now() - t0);
     const cmds0 = await redisCommands(c);
-    await c.startRole('worker');
+    const w = await c.startRole('worker');
     const started = performance.timeOrigin + performance.now();
+    const cpu0 = await cpuMicrosOf(w.proc.pid);
     const d = await drained(sink, tag, deliveries, started, quick);
+    const cpu1 = await cpuMicrosOf(w.proc.pid);
     // Every command the Redis server processed while the worker drained (job claims and locks,
     // records, counters, limiter, stats), per delivery; nothing else uses this Redis meanwhile.
     const redis = ((await redisCommands(c)) - cmds0) / Math.max(1, Number(d.delivered.split('/')[0]));
-    return { ...d, preload, redis };
+    // The worker's own CPU time per delivery: unlike a rate, it does not shrink or grow with what
+    // else the machine runs (its start-up, before cpu0, is not counted).
+    const cpuUs =
+      cpu0 === undefined || cpu1 === undefined
+        ? undefined
+        : (cpu1 - cpu0) / Math.max(1, Number(d.delivered.split('/')[0]));
+    return { ...d, preload, redis, cpuUs };
   } finally {
     await feeder?.close().catch(() => {});
     await c.close();
@@ -247,6 +264,10 @@ export const fanout: Benchmark = {
             samples[cs.key].map((x) => x.redis),
             'lower',
           )?.median,
+          cpuUs: spread(
+            samples[cs.key].map((x) => x.cpuUs),
+            'lower',
+          )?.median,
           status:
             (bad < 0 ? 'ok' : `round ${bad + 1}: ${samples[cs.key][bad]!.delivered ?? 'failed'}`) +
             (extra ? `, ${extra} extra (duplicate) arrivals` : ''),
@@ -287,6 +308,7 @@ export const fanout: Benchmark = {
         { key: 'fromStart', header: 'incl. start /s' },
         { key: 'rounds', header: 'deliveries/s per round' },
         { key: 'redis', header: 'Redis calls/delivery', digits: 3 },
+        { key: 'cpuUs', header: 'worker CPU µs/delivery', digits: 0 },
         { key: 'status', header: 'status' },
       ],
       rows,

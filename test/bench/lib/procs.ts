@@ -108,6 +108,20 @@ export async function runToEnd(
 }
 
 /** Resident set size of a process in bytes (Linux /proc), undefined once it is gone. */
+/** CPU time (user + system) a process has used so far, in µs, from /proc/<pid>/stat. */
+export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
+  const { readFile } = await import('node:fs/promises');
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces) start at ") ".
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(f[11]) + Number(f[12]); // utime, stime (fields 14 and 15)
+    return (ticks * 1e6) / 100; // USER_HZ is 100 on Linux
+  } catch {
+    return undefined;
+  }
+}
+
 export async function rssOf(pid: number): Promise<number | undefined> {
   const { readFile } = await import('node:fs/promises');
   try {

@@ -48,7 +48,72 @@ export function summarise(p: Profile): { bucket: string; ms: number; share: numb
     .sort((a, b) => b.ms - a.ms);
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+/** The cost rows of docs/benchmarks/profile.md: a bucket from `bucketOf` → one of these. */
+export function costOf(bucket: string): string {
+  if (bucket === 'idle') return 'idle (waiting on round trips)';
+  if (bucket === 'GC') return 'garbage collection';
+  if (bucket === 'bullmq') return 'BullMQ (job claim, locks, completion)';
+  if (bucket === 'ioredis' || bucket === 'redis-errors' || bucket === 'cluster-key-slot')
+    return 'ioredis (Redis round trips)';
+  if (bucket === 'kafkajs') return 'kafkajs (spill, drainer)';
+  if (bucket === 'undici' || bucket.includes('llhttp') || bucket.startsWith('wasm://'))
+    return 'undici (HTTP client)';
+  if (bucket === 'opossum') return 'opossum (breakers)';
+  if (bucket === 'pino' || bucket.startsWith('pino')) return 'logging';
+  if (bucket === 'prom-client') return 'metrics';
+  if (bucket.includes('crypto') || bucket === 'native: hmac') return 'signing (HMAC)';
+  if (bucket.includes('router/spill')) return 'spill/drain (router code)';
+  if (bucket.includes('router/records') || bucket.includes('router/retry'))
+    return 'records, counters, retries (router code)';
+  if (bucket.startsWith('spillway router')) return 'worker, engine, fan-out (router code)';
+  if (bucket.startsWith('spillway delivery')) return 'dispatcher, limiter, pools (delivery code)';
+  if (bucket.startsWith('spillway shared')) return 'shared code';
+  if (/modules|bootstrap|amaro|esm|cjs/.test(bucket)) return 'start-up (module loading, type stripping)';
+  if (bucket.includes('native: writev') || bucket.includes('stream') || bucket.includes('net'))
+    return 'sockets and streams';
+  if (/abort_controller|event_target|domexception/.test(bucket)) return 'AbortSignal / EventTarget';
+  if (/timers/.test(bucket)) return 'timers';
+  if (/runMicrotasks|task_queues/.test(bucket)) return 'promises and microtasks';
+  if (bucket === 'redis-parser') return 'ioredis (Redis round trips)';
+  if (bucket === 'p-limit' || bucket === 'lru-cache') return 'dispatcher, limiter, pools (delivery code)';
+  if (bucket === 'native: writeUtf8String' || bucket === 'native: writeBuffer') return 'sockets and streams';
+  return 'other (node internals, native)';
+}
+
+/** Rows of cost → µs per delivery for each profile (same order as `files`). */
+export function costTable(profiles: Profile[], deliveries: number[]): { cost: string; us: number[] }[] {
+  const per = profiles.map((p, i) => {
+    const m = new Map<string, number>();
+    for (const r of summarise(p)) m.set(costOf(r.bucket), (m.get(costOf(r.bucket)) ?? 0) + r.ms);
+    return new Map([...m].map(([k, ms]) => [k, (ms * 1000) / deliveries[i]!]));
+  });
+  const costs = [...new Set(per.flatMap((m) => [...m.keys()]))];
+  return costs
+    .map((cost) => ({ cost, us: per.map((m) => m.get(cost) ?? 0) }))
+    .sort((a, b) => b.us[0]! - a.us[0]!);
+}
+
+if (import.meta.url === `file://${process.argv[1]}` && process.argv[2] === '--table') {
+  // --table <deliveries> a.cpuprofile [b.cpuprofile ...]: share of busy CPU by cost, one column each.
+  const n = Number(process.argv[3]);
+  const files = process.argv.slice(4);
+  const rows = costTable(
+    files.map((f) => JSON.parse(readFileSync(f, 'utf8')) as Profile),
+    files.map(() => n),
+  );
+  // Shares of the non-idle samples: on a loaded machine a profile's time deltas are wall time, so
+  // only the split is trusted; multiply by the worker's measured CPU µs/delivery for absolute costs.
+  const busy = files.map((_, i) => rows.reduce((a, r) => a + (r.cost.startsWith('idle') ? 0 : r.us[i]!), 0));
+  process.stdout.write(
+    `| cost | ${files.map((_, i) => `profile ${i + 1}: share of busy CPU`).join(' | ')} |\n`,
+  );
+  process.stdout.write(`| --- | ${files.map(() => '---:').join(' | ')} |\n`);
+  for (const r of rows) {
+    if (r.cost.startsWith('idle')) continue;
+    const cells = r.us.map((x, i) => `${((100 * x) / busy[i]!).toFixed(1)} %`);
+    process.stdout.write(`| ${r.cost} | ${cells.join(' | ')} |\n`);
+  }
+} else if (import.meta.url === `file://${process.argv[1]}`) {
   const file = process.argv[2];
   const top = Number(process.argv[process.argv.indexOf('--top') + 1]) || 25;
   if (!file) throw new Error('usage: profile-summary.ts <file.cpuprofile> [--top N]');

@@ -6,6 +6,7 @@ import { ConfigStore } from '../config/store.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
 import type { Runtime } from '../roles/runtime.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
+import { registerConsole } from './console/index.ts';
 import { createRouterServices } from './router-services.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
 
@@ -105,6 +106,7 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
   );
 
   api.get('/openapi.json', { schema: { hide: true } }, async () => api.swagger());
+  await registerConsole(api, rt, deps);
 }
 
 /** Every admin error answer comes from the shared catalog (`toResponse`); 5xx are logged with their stack. */

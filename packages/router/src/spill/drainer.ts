@@ -13,6 +13,13 @@ import type { SpillProducer } from './producer.ts';
  */
 const BLOCKED_WAIT_MS = 1000;
 /**
+ * Each further re-append of a partition's head that made no progress for anyone doubles that
+ * wait, up to this (reset by any progress): a deep blocked backlog — a paused tenant, a flood into
+ * a hanging endpoint — is cycled through Kafka at a bounded rate instead of one look-ahead per
+ * second for as long as it lasts.
+ */
+const MAX_BLOCKED_WAIT_MS = 2000;
+/**
  * The same batch with nothing behind it (it reaches the partition's end) waits this long instead:
  * re-appending would only cycle a paused backlog through Kafka for nobody's benefit. It still wakes
  * on resume/credits (Engine.onWake) and on new records arriving (LATEST_POLL_MS).
@@ -69,6 +76,8 @@ export class Drainer {
   #admin: Promise<Admin> | undefined;
   /** Latest offsets of the topic (partition → high watermark), shared by the partitions waiting at their end. */
   #latest: { at: number; offsets: Promise<Map<number, bigint>> } | undefined;
+  /** Per partition: how long a blocked head waits before it is re-appended (see MAX_BLOCKED_WAIT_MS). */
+  readonly #blockedWait = new Map<number, number>();
   /** Tasks re-appended to the tail (for stats/tests). */
   reappended = 0;
   admitted = 0;
@@ -148,6 +157,7 @@ export class Drainer {
     spillLookaheadRecords.inc(entries.length);
     let unresolved = entries.length;
     let progressed = false;
+    const blockedWait = this.#blockedWait.get(batch.partition) ?? BLOCKED_WAIT_MS;
     let idx = 0;
     let wake: () => void = () => {};
     const unsub = engine.onWake(() => wake());
@@ -209,7 +219,11 @@ export class Drainer {
             const latest = await this.#latestOffset(batch.topic, batch.partition);
             if (latest !== undefined && latest - 1n > lastOffset) othersBehind = true;
           }
-          if (progressed || (othersBehind && waited >= BLOCKED_WAIT_MS) || waited >= IDLE_BLOCKED_WAIT_MS) {
+          if (progressed || (othersBehind && waited >= blockedWait) || waited >= IDLE_BLOCKED_WAIT_MS) {
+            // Only a re-append for records behind that turned out blocked too lengthens the next wait.
+            if (progressed) this.#blockedWait.delete(batch.partition);
+            else if (othersBehind && waited < IDLE_BLOCKED_WAIT_MS)
+              this.#blockedWait.set(batch.partition, Math.min(MAX_BLOCKED_WAIT_MS, blockedWait * 2));
             const blocked = entries.filter((e) => e.state === 'new');
             // Produce first, then resolve: the old offset stays the owner until the copy is acked.
             // (The tenant's spilled count is unchanged: one record replaces another.)
@@ -228,6 +242,7 @@ export class Drainer {
       // Records not resolved (leaving, revoked) go back to the group: no longer in this look-ahead.
       spillLookaheadRecords.dec(unresolved);
     }
+    if (progressed) this.#blockedWait.delete(batch.partition);
     await commitOffsetsIfNecessary().catch(() => {});
   }
 

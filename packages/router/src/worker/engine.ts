@@ -46,7 +46,7 @@ const REFRESH_MS = 500;
 /** Default Engine jobShare: an eighth of the worker's job slots (worker.ts CONCURRENCY = 256). */
 export const JOB_SHARE = 32;
 /** Default Engine maxTasks. */
-const MAX_TASKS = 20_000;
+const MAX_TASKS = 10_000;
 /** The drainer is woken at most this often (every settle frees room; waking it per settle would spin it). */
 const WAKE_MS = 5;
 
@@ -77,6 +77,7 @@ export class Engine {
   readonly #unsubscribe: () => void;
   readonly #ungauge: () => void;
   #tasks = 0;
+  #reserved = 0;
   #wakeTimer: NodeJS.Timeout | undefined;
   #lastRefresh = 0;
   #closed = false;
@@ -154,10 +155,26 @@ export class Engine {
     }, WAKE_MS);
   }
 
-  /** Resolves when this worker has room for more work (tasks in memory below maxTasks). */
-  room(): Promise<void> {
-    if (this.#tasks < this.#maxTasks || this.#closed) return Promise.resolve();
-    return new Promise<void>((r) => this.#roomWaiters.push(r));
+  /**
+   * Resolves when this worker has room for `n` more tasks (tasks in memory plus those reserved by
+   * jobs being taken apart stay below maxTasks; one job is always let in when nothing is held).
+   * The room is reserved until the job's tasks are counted in `hold(tasks, n)` — or given back
+   * with `unreserve(n)` if the job fails first — so jobs claimed at the same moment cannot all
+   * pass one check together.
+   */
+  async room(n: number): Promise<void> {
+    while (
+      !this.#closed &&
+      this.#tasks + this.#reserved > 0 &&
+      this.#tasks + this.#reserved + n > this.#maxTasks
+    )
+      await new Promise<void>((r) => this.#roomWaiters.push(r));
+    this.#reserved += n;
+  }
+
+  unreserve(n: number): void {
+    this.#reserved -= n;
+    this.#released(0);
   }
 
   /** Tasks in memory now (held in lanes and waiting for one). */
@@ -172,11 +189,15 @@ export class Engine {
    * next owner (spill log, DLQ, discard). Resolves when all of them have left memory through a
    * durable hand-off — then the job may complete.
    */
-  async hold(tasks: readonly DeliveryTask[]): Promise<void> {
+  async hold(tasks: readonly DeliveryTask[], reserved = 0): Promise<void> {
     const now = Date.now();
-    for (const tid of new Set(tasks.map((t) => t.tenantId))) {
-      const v = this.#views.get(tid);
-      if (!v || now - v.at > REFRESH_MS) await this.view(tid);
+    try {
+      for (const tid of new Set(tasks.map((t) => t.tenantId))) {
+        const v = this.#views.get(tid);
+        if (!v || now - v.at > REFRESH_MS) await this.view(tid);
+      }
+    } finally {
+      this.#reserved -= reserved;
     }
     const owner = new JobOwner(tasks.length);
     for (const task of tasks) {
@@ -335,11 +356,11 @@ export class Engine {
   }
 
   /** Bookkeeping after any task left memory: room for the job claimer and the drainer. */
-  #released(): void {
-    this.#tasks--;
-    if (this.#tasks < this.#maxTasks && this.#roomWaiters.length > 0)
+  #released(n = 1): void {
+    this.#tasks -= n;
+    if (this.#tasks + this.#reserved < this.#maxTasks && this.#roomWaiters.length > 0)
       for (const r of this.#roomWaiters.splice(0)) r();
-    this.#wake();
+    if (n > 0) this.#wake();
   }
 
   /** Hands a task that cannot run here to its next owner; settles it with its current owner after. */
@@ -361,12 +382,21 @@ export class Engine {
   }
 
   #spill(h: Held): void {
-    void this.#d.spill.spill(h.task).then(() => {
-      // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
-      this.#d.settler.spilled(h.task.tenantId);
-      h.owner.settle();
-      this.#released();
-    });
+    this.#d.spill.spill(h.task).then(
+      () => {
+        // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
+        this.#d.settler.spilled(h.task.tenantId);
+        h.owner.settle();
+        this.#released();
+      },
+      // Only at shutdown (the producer closed): the task is never settled, so its job or offset
+      // keeps it and hands it out again.
+      (err) =>
+        this.#d.logger.warn(
+          { err, tenantId: h.task.tenantId, eventId: h.task.eventId },
+          'spill refused; the task stays with its owner',
+        ),
+    );
   }
 
   /**

@@ -90,42 +90,50 @@ export async function createWorker(
     const events = job.data.events;
     // Backpressure: a job is taken apart only while this worker has room for its tasks, so intake
     // work is claimed about as fast as it is delivered (see Engine#room).
-    await engine.room();
-    // Covers a promote the intake lost after a durable add (see intake.ts).
-    await promoteDedup(rt.redis, keys, events, config.dedupWindowMs).catch(() => {});
-    const tasks: DeliveryTask[] = [];
-    // Fan out on config read after the events were accepted (one read per tenant per job), not on
-    // this worker's possibly older view: "create an endpoint, then send" always reaches it.
-    const tids = [...new Set(events.map((w) => w.t))];
-    const views = new Map(
-      await Promise.all(tids.map(async (tid) => [tid, await engine.freshView(tid)] as const)),
-    );
-    for (const w of events) {
-      const v = views.get(w.t)!;
-      if (!v.tenant) {
-        // Accepted, then its tenant was deleted before fan-out: the one explicit discard.
-        tasksDiscardedTotal.inc({ reason: 'tenant_deleted' });
-        logger.warn({ tenantId: w.t, eventId: w.i }, 'event of a deleted tenant discarded');
-        continue;
-      }
-      const ev = eventFromWire(w);
-      const ts = fanOut(ev, [...v.endpoints.values()]);
-      records.created(
-        ev.tenantId,
-        ev.id,
-        ev.type,
-        ev.receivedAt,
-        ts.map((t) => t.endpointId),
+    // The reservation counts events; fan-out may make more tasks of them, which the next claims see.
+    await engine.room(events.length);
+    let reserved = events.length;
+    try {
+      // Covers a promote the intake lost after a durable add (see intake.ts).
+      await promoteDedup(rt.redis, keys, events, config.dedupWindowMs).catch(() => {});
+      const tasks: DeliveryTask[] = [];
+      // Fan out on config read after the events were accepted (one read per tenant per job), not on
+      // this worker's possibly older view: "create an endpoint, then send" always reaches it.
+      const tids = [...new Set(events.map((w) => w.t))];
+      const views = new Map(
+        await Promise.all(tids.map(async (tid) => [tid, await engine.freshView(tid)] as const)),
       );
-      tasks.push(...ts);
+      for (const w of events) {
+        const v = views.get(w.t)!;
+        if (!v.tenant) {
+          // Accepted, then its tenant was deleted before fan-out: the one explicit discard.
+          tasksDiscardedTotal.inc({ reason: 'tenant_deleted' });
+          logger.warn({ tenantId: w.t, eventId: w.i }, 'event of a deleted tenant discarded');
+          continue;
+        }
+        const ev = eventFromWire(w);
+        const ts = fanOut(ev, [...v.endpoints.values()]);
+        records.created(
+          ev.tenantId,
+          ev.id,
+          ev.type,
+          ev.receivedAt,
+          ts.map((t) => t.endpointId),
+        );
+        tasks.push(...ts);
+      }
+      const held = engine.hold(tasks, reserved);
+      reserved = 0;
+      await held;
+    } finally {
+      if (reserved > 0) engine.unreserve(reserved);
     }
-    await engine.hold(tasks);
   };
 
   const processRetry = async (job: Job<RetryJobData>) => {
-    await engine.room();
     const tasks = job.data.tasks.map(taskFromWire);
-    await engine.hold(tasks);
+    await engine.room(tasks.length);
+    await engine.hold(tasks, tasks.length);
     // The job lets go of its tasks (they were delivered, spilled, re-scheduled or dead-lettered).
     const perTenant = new Map<string, number>();
     for (const t of tasks) perTenant.set(t.tenantId, (perTenant.get(t.tenantId) ?? 0) + 1);
