@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { type Admin, Kafka, logLevel } from 'kafkajs';
 import { freePort } from './ports.ts';
 
 const run = promisify(execFile);
@@ -66,5 +67,21 @@ export class PrivateKafka {
   async destroy(): Promise<void> {
     await this.stop().catch(() => {});
     rmSync(this.stateDir, { recursive: true, force: true });
+  }
+}
+
+/** Runs `fn` with a connected kafkajs admin on `brokers` (a list or comma-separated), disconnecting after. */
+export async function withKafkaAdmin<T>(
+  brokers: string | string[],
+  clientId: string,
+  fn: (admin: Admin) => Promise<T>,
+): Promise<T> {
+  const list = typeof brokers === 'string' ? brokers.split(',') : brokers;
+  const admin = new Kafka({ clientId, brokers: list, logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  try {
+    return await fn(admin);
+  } finally {
+    await admin.disconnect().catch(() => {});
   }
 }

@@ -11,8 +11,8 @@ import {
   type WorkerHandle,
 } from '@spillway/router';
 import type { Endpoint, SpillwayEvent, Tenant, TenantLimits } from '@spillway/shared';
-import { Kafka, logLevel } from 'kafkajs';
 import { testConfig } from './env.ts';
+import { withKafkaAdmin } from './kafka-broker.ts';
 
 /** A receiver on 127.0.0.1:0 that counts every webhook-id it got (duplicates counted). */
 export interface Receiver {
@@ -117,15 +117,9 @@ export async function createSpillTopic(rt: Runtime, partitions?: number): Promis
 
 /** Deletes the per-test spill topic (best effort). */
 export async function dropSpillTopic(brokers: string[], topic: string): Promise<void> {
-  const admin = new Kafka({ clientId: 'router-test-cleanup', brokers, logLevel: logLevel.NOTHING }).admin();
-  try {
-    await admin.connect();
-    await admin.deleteTopics({ topics: [topic], timeout: 5000 });
-  } catch {
-    // best effort
-  } finally {
-    await admin.disconnect().catch(() => {});
-  }
+  await withKafkaAdmin(brokers, 'router-test-cleanup', (admin) =>
+    admin.deleteTopics({ topics: [topic], timeout: 5000 }),
+  ).catch(() => {}); // best effort
 }
 
 /** One router under test: runtime, spill topic, config store, services, and workers/receivers on demand. */

@@ -13,9 +13,9 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createKeys, type Source } from '@spillway/shared';
 import { Redis } from 'ioredis';
-import { Kafka, logLevel } from 'kafkajs';
 import { type Sink, startSink } from '../bench/lib/sink.ts';
 import { type RoleProc, SpillwayCluster } from '../bench/lib/spillway.ts';
+import { withKafkaAdmin } from '../helpers/kafka-broker.ts';
 import { freePort } from '../helpers/ports.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
 import { LabKafka, LabRedisCluster } from './cluster.ts';
@@ -109,13 +109,7 @@ async function settle(load: Load, sink: Sink, tag: string, timeoutMs: number) {
 }
 
 async function createSpillTopic(brokers: string, topic: string): Promise<void> {
-  const admin = new Kafka({
-    clientId: 'spw-lab',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  return withKafkaAdmin(brokers, 'spw-lab', async (admin) => {
     await admin.createTopics({
       waitForLeaders: true,
       topics: [
@@ -130,9 +124,7 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
         },
       ],
     });
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 /**
@@ -140,13 +132,7 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
  * prefix: tells "still in Kafka, not drained" from "never reached Kafka" when events are missing.
  */
 async function spillLag(brokers: string, topic: string, prefix: string): Promise<string> {
-  const admin = new Kafka({
-    clientId: 'spw-lab',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  return withKafkaAdmin(brokers, 'spw-lab', async (admin) => {
     const ends = await admin.fetchTopicOffsets(topic);
     const groups = (await admin.listGroups()).groups.map((g) => g.groupId).filter((g) => g.includes(prefix));
     const parts: string[] = [];
@@ -159,9 +145,7 @@ async function spillLag(brokers: string, topic: string, prefix: string): Promise
       parts.push(`${g} lag ${lag.join(' ')}`);
     }
     return parts.join('; ');
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 export interface WaitCost {
@@ -220,20 +204,12 @@ async function waitCost(redis: LabRedisCluster, tag: string, samples = 400): Pro
 
 /** The broker leading the most partitions of the spill topic (the one whose loss hurts most). */
 async function busiestBroker(brokers: string, topic: string): Promise<number> {
-  const admin = new Kafka({
-    clientId: 'spw-lab',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  return withKafkaAdmin(brokers, 'spw-lab', async (admin) => {
     const md = await admin.fetchTopicMetadata({ topics: [topic] });
     const count = new Map<number, number>();
     for (const p of md.topics[0]!.partitions) count.set(p.leader, (count.get(p.leader) ?? 0) + 1);
     return [...count].sort((a, b) => b[1] - a[1])[0]![0];
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 async function main(): Promise<number> {

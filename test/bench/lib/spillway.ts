@@ -15,7 +15,7 @@ import {
   type Source,
   type Tenant,
 } from '@spillway/shared';
-import { Kafka, logLevel } from 'kafkajs';
+import { withKafkaAdmin } from '../../helpers/kafka-broker.ts';
 import { makeEndpoint, makeTenant } from '../../helpers/router-fixtures.ts';
 import { sleep, waitFor } from '../../helpers/wait.ts';
 import { type Proc, run } from './procs.ts';
@@ -174,18 +174,10 @@ export async function deletePrefix(redis: ReturnType<typeof createRedis>, prefix
 }
 
 export async function deleteTopic(brokers: string, topic: string): Promise<void> {
-  const admin = new Kafka({
-    clientId: 'spw-bench-cleanup',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  await withKafkaAdmin(brokers, 'spw-bench-cleanup', async (admin) => {
     const topics = await admin.listTopics();
     if (topics.includes(topic)) await admin.deleteTopics({ topics: [topic], timeout: 10_000 });
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 /** One signed GitHub delivery; returns the HTTP status. */
