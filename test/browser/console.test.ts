@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
 import { freePort } from '../helpers/ports.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 import {
   apiClient,
   launchChromium,
@@ -152,7 +152,7 @@ describe('operator console', { timeout: 240_000 }, () => {
       expect(
         (await api('POST', `/v1/tenants/${OTHER}/events`, { id: `o-${i}`, type: 'x', payload: {} })).status,
       ).toBe(202);
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100); // pacing: the events arrive over 4 s, so the page shows them live
     }
     await waitForText(page, `tr[data-tenant="${OTHER}"] td[data-field="delivered"]`, '40');
     await screenshot(page, 'overview');
