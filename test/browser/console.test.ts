@@ -173,6 +173,8 @@ describe('operator console', { timeout: 240_000 }, () => {
     await confirm('Pause');
     await waitForText(page, '#tenant-status', 'paused');
     expect((await api('GET', `/v1/tenants/${TID}`)).body.status).toBe('paused');
+    // A pause reaches every worker within 1 s (CONTRACT); events sent after that are all held.
+    await new Promise((r) => setTimeout(r, 1500));
 
     await sendEvents(ids('paused', 20));
     await waitForText(page, '#stats [data-field="spilled"]', '20');
@@ -262,6 +264,12 @@ describe('operator console', { timeout: 240_000 }, () => {
       (await api('PATCH', `/v1/tenants/${TID}/endpoints/ep-bad`, { url: `${receiver.base}/fail` })).status,
     ).toBe(200);
     await sendEvents(['single-1']);
+    // Its record exists once a worker fanned it out (202 means durable, not yet fanned out).
+    await waitFor(
+      async () => (await api('GET', `/v1/tenants/${TID}/events/single-1`)).status === 200,
+      'single-1 fanned out',
+      60_000,
+    );
     await page.goto(`${spillway.base}/console#/tenants/${TID}/events/single-1`);
     await page.getByRole('heading', { name: 'Event single-1' }).waitFor();
     await waitForText(page, `${badRow} td[data-field="status"]`, 'failed');

@@ -125,7 +125,7 @@ export async function waitForText(
   page: Page,
   selector: string,
   text: string,
-  timeout = 30_000,
+  timeout = 60_000,
 ): Promise<void> {
   try {
     await page.waitForFunction(

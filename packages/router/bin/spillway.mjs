@@ -39,7 +39,7 @@ if (argv[0] === 'start' && (role === 'worker' || role === 'all') && typeof proce
     process.stderr.write(`spillway: ${err.message}\n`);
     process.exit(1);
   }
-  if (tuning.enabled && !tuning.alreadyTuned) {
+  if (tuning.reexec) {
     const given = `${process.execArgv.join(' ')} ${tuning.nodeOptions}`.replaceAll('_', '-');
     const flags = [
       ['--max-semi-space-size', '--max-semi-space-size=16'],
@@ -47,16 +47,11 @@ if (argv[0] === 'start' && (role === 'worker' || role === 'all') && typeof proce
     ]
       .filter(([name]) => !given.includes(name))
       .map(([, flag]) => flag);
-    const env = {
-      ...process.env,
-      [tuning.markerVariable]: '1',
-      MALLOC_ARENA_MAX: tuning.mallocArenaMax ?? '2',
-    };
     const { fileURLToPath } = await import('node:url');
     process.execve(
       process.execPath,
       [process.execPath, ...process.execArgv, ...flags, fileURLToPath(import.meta.url), ...argv],
-      env,
+      tuning.execEnv,
     );
   }
 }

@@ -19,15 +19,19 @@ export interface BatchedWriterOptions<B> {
 /**
  * The skeleton every batching writer shares (delivery records, tenant counters, retry jobs, spill
  * records): the owner buffers items in its own shape and calls `schedule()`; after `flushMs` (or on
- * `flush()`) the writer takes the buffer and writes it. `flush()` resolves when every write started
- * so far has ended, so `close()` is `flush()`.
+ * `flush()`) the writer takes the buffer and writes it. `flush()` resolves once what was buffered
+ * when it was called has been written (or its write failed), so `close()` is `flush()`; it does not
+ * wait for items that arrive later, so it ends under steady load too.
  */
 export class BatchedWriter<B> {
   readonly #o: BatchedWriterOptions<B>;
   #timer: NodeJS.Timeout | undefined;
+  /** Writes in flight (overlapping writers). */
   readonly #writing = new Set<Promise<void>>();
   /** The running write loop of a serial writer. */
   #pump: Promise<void> | undefined;
+  /** Serial: flush() callers waiting for the next batch the loop takes to be written. */
+  #waiters: (() => void)[] = [];
 
   constructor(opts: BatchedWriterOptions<B>) {
     this.#o = opts;
@@ -43,23 +47,19 @@ export class BatchedWriter<B> {
     return this.#pump !== undefined || this.#writing.size > 0;
   }
 
-  /** Writes what is buffered now; resolves once every write started so far has ended. */
+  /** Writes what is buffered now; resolves once that (and every write already running) has ended. */
   flush(): Promise<void> {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (this.#o.serial) this.#pump ??= this.#loop();
-    else {
-      const batch = this.#o.take();
-      if (batch !== undefined) this.#track(this.#o.write(batch));
+    if (this.#o.serial) {
+      // The loop's next take holds everything buffered now; it resolves us after writing it.
+      const written = new Promise<void>((resolve) => this.#waiters.push(resolve));
+      this.#pump ??= this.#loop();
+      return written;
     }
-    return this.idle();
-  }
-
-  /** Resolves once no write is running (writes started meanwhile included). */
-  async idle(): Promise<void> {
-    while (this.#writing.size > 0 || this.#pump) {
-      await Promise.allSettled([...this.#writing, this.#pump]);
-    }
+    const batch = this.#o.take();
+    if (batch !== undefined) this.#track(this.#o.write(batch));
+    return Promise.allSettled([...this.#writing]).then(() => {});
   }
 
   async #loop(): Promise<void> {
@@ -67,21 +67,34 @@ export class BatchedWriter<B> {
     // below clears it (else a finished loop would look busy forever).
     await undefined;
     try {
-      for (let batch = this.#o.take(); batch !== undefined; batch = this.#o.take()) {
-        await this.#o.write(batch);
+      for (;;) {
+        const waiters = this.#waiters;
+        this.#waiters = [];
+        const batch = this.#o.take();
+        if (batch === undefined) {
+          for (const w of waiters) w();
+          return;
+        }
+        try {
+          await this.#o.write(batch);
+        } finally {
+          for (const w of waiters) w();
+        }
       }
     } catch {
-      // The owner logged it and decides when to try again.
+      // The owner logged it and decides when to try again (schedule()).
     } finally {
       this.#pump = undefined;
+      const waiters = this.#waiters;
+      this.#waiters = [];
+      for (const w of waiters) w();
     }
   }
 
-  #track(p: Promise<void>): Promise<void> {
+  #track(p: Promise<void>): void {
     const done = p.catch(() => {});
     this.#writing.add(done);
     void done.finally(() => this.#writing.delete(done));
-    return done;
   }
 }
 

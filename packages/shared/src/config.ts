@@ -306,22 +306,20 @@ export function loadCliConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Cl
  * one, and the flags/arena setting the operator already gave (those win).
  */
 export interface NodeTuning {
-  enabled: boolean;
-  /** Set in the environment of the re-executed process. */
-  readonly markerVariable: 'SPILLWAY_NODE_TUNED';
-  alreadyTuned: boolean;
+  /** SPILLWAY_NODE_TUNING is on and this process is not the re-executed one yet. */
+  reexec: boolean;
+  /** NODE_OPTIONS as given: flags named there are not added again. */
   nodeOptions: string;
-  mallocArenaMax: string | undefined;
+  /** The environment of the re-executed process: this one's, marked as tuned, MALLOC_ARENA_MAX 2 unless given. */
+  execEnv: Record<string, string | undefined>;
 }
 
 export function loadNodeTuning(env: NodeJS.ProcessEnv = process.env): Readonly<NodeTuning> {
   const c = parseEnv(env, tuningSchema);
   return Object.freeze({
-    enabled: c.SPILLWAY_NODE_TUNING === '1',
-    markerVariable: 'SPILLWAY_NODE_TUNED',
-    alreadyTuned: env.SPILLWAY_NODE_TUNED !== undefined,
+    reexec: c.SPILLWAY_NODE_TUNING === '1' && env.SPILLWAY_NODE_TUNED === undefined,
     nodeOptions: env.NODE_OPTIONS ?? '',
-    mallocArenaMax: env.MALLOC_ARENA_MAX,
+    execEnv: { ...env, SPILLWAY_NODE_TUNED: '1', MALLOC_ARENA_MAX: env.MALLOC_ARENA_MAX ?? '2' },
   });
 }
 

@@ -2,9 +2,10 @@ import { randomBytes } from 'node:crypto';
 
 /**
  * Standard Webhooks secrets (https://www.standardwebhooks.com): `whsec_` followed by the base64 of
- * the HMAC key. One rule everywhere — the admin API when a secret is set, delivery when it signs,
- * ingest when it verifies: the prefix is required. A bare base64 string is refused at the admin API
- * and never verifies, so a secret that was accepted is a secret that works (docs/contract-changes.md).
+ * the HMAC key. One rule for the admin API when a secret is set, delivery when it signs and ingest
+ * when it verifies (packages/ingest/src/verify/standard.ts is moving onto it): the prefix is
+ * required, so a secret the admin API accepted is decoded the same way everywhere
+ * (docs/contract-changes.md).
  */
 export const WHSEC_PREFIX = 'whsec_';
 

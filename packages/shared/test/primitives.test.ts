@@ -108,8 +108,10 @@ describe('BatchedWriter', () => {
     expect(w.busy).toBe(true);
     await waitFor(() => running === 1, 'the first write to run', 5_000, 1);
     buf.push(2, 3);
-    void w.flush(); // joins the running loop
+    const second = w.flush(); // the running loop takes these next
     await first;
+    expect(writes).toEqual([[1]]); // first resolves once what it saw is written
+    await second;
     expect(writes).toEqual([[1], [2, 3]]);
     expect(maxRunning).toBe(1);
     expect(w.busy).toBe(false);

@@ -42,9 +42,10 @@ export class ApiKeys {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
 
-  constructor(redis: RedisClient, keys: Keys) {
-    this.#redis = redis;
-    this.#keys = keys;
+  /** `rt`: the process's Runtime (or anything with its command connection and key builder). */
+  constructor(rt: { redis: RedisClient; keys: Keys }) {
+    this.#redis = rt.redis;
+    this.#keys = rt.keys;
   }
 
   async create(

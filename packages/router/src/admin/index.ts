@@ -21,7 +21,7 @@ export async function startAdmin({ rt, http }: RoleContext): Promise<RoleHandle>
   const services = createRouterServices(rt);
   const deps: AdminDeps = {
     store: new ConfigStore(rt.redis, rt.keys),
-    apiKeys: new ApiKeys(rt.redis, rt.keys),
+    apiKeys: new ApiKeys(rt),
     services,
   };
   await http.register(async (api) => registerAdminApi(api, rt, deps));

@@ -87,20 +87,84 @@ async function emptyBodyIsObject(req: FastifyRequest): Promise<void> {
 
 const withIngestPath = (src: Source) => ({ ...src, ingestPath: `/ingest/${src.id}` });
 
+/** A route's request schemas and its success responses (documented in /openapi.json). */
+interface RouteSchema {
+  params?: object;
+  querystring?: object;
+  body?: object;
+  response: Record<number, object>;
+}
+
+/**
+ * Route options: the OpenAPI tag, the schemas, the error statuses the route can answer (the shared
+ * error body, see ./schemas.ts errorsFor) and route config (`tenantKey`) or hooks.
+ */
+function spec(
+  tag: string,
+  schema: RouteSchema,
+  errorStatuses: number[],
+  extra: { config?: { tenantKey?: boolean }; preValidation?: typeof emptyBodyIsObject } = {},
+) {
+  return {
+    ...extra,
+    schema: { tags: [tag], ...schema, response: { ...schema.response, ...s.errorsFor(...errorStatuses) } },
+  };
+}
+
+/** POST creating something of a tenant: 201 with it, 404 for an unknown tenant, 409 for a taken id. */
+const createdUnderTenant = (tag: string, body: object, item: object) =>
+  spec(tag, { params: s.tidParams, body, response: { 201: item } }, [400, 401, 404, 409]);
+
+/** PATCH answering 200 with the updated item. */
+const updated = (tag: string, params: object, body: object, item: object) =>
+  spec(tag, { params, body, response: { 200: item } }, [400, 401, 404]);
+
 /** Every /v1 route. Registered under the `/v1` prefix by ./index.ts (auth and errors live there). */
 export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   const { store, apiKeys } = d;
 
+  /** GET of a tenant's collection: 404 for an unknown tenant, else `{ data }`. */
+  const listRoute = (
+    path: string,
+    tag: string,
+    item: object,
+    load: (tenantId: string) => Promise<unknown[]>,
+  ) =>
+    app.get<{ Params: P<'tid'> }>(
+      path,
+      spec(tag, { params: s.tidParams, response: { 200: s.list(item) } }, [400, 401, 404]),
+      async (req) => {
+        await store.requireTenant(req.params.tid);
+        return { data: await load(req.params.tid) };
+      },
+    );
+
+  /**
+   * DELETE answering 204 with no body; `remove` throws not_found for what does not exist. With
+   * `tenantFirst` an unknown tenant is a 404 before anything is looked up.
+   */
+  const deleteRoute = <K extends string>(
+    path: string,
+    tag: string,
+    params: object,
+    remove: (p: P<K>) => Promise<unknown>,
+    { done = 'deleted', tenantFirst = true } = {},
+  ) =>
+    app.delete<{ Params: P<K> }>(
+      path,
+      spec(tag, { params, response: { 204: { description: done, type: 'null' } } }, [400, 401, 404]),
+      async (req, reply) => {
+        const p = req.params as P<K> & P<'tid'>;
+        if (tenantFirst) await store.requireTenant(p.tid);
+        await remove(p);
+        return reply.code(204).send();
+      },
+    );
+
   // --- tenants -------------------------------------------------------------------------------
   app.post<{ Body: { id?: string; limits?: { maxInFlight?: number; concurrency?: number; rate?: Rate } } }>(
     '/tenants',
-    {
-      schema: {
-        tags: ['tenants'],
-        body: s.createTenantBody,
-        response: { 201: s.tenantSchema, ...s.errorsFor(400, 401, 409) },
-      },
-    },
+    spec('tenants', { body: s.createTenantBody, response: { 201: s.tenantSchema } }, [400, 401, 409]),
     async (req, reply) => {
       const b = req.body;
       const tenant: Tenant = {
@@ -117,67 +181,42 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.get(
-    '/tenants',
-    { schema: { tags: ['tenants'], response: { 200: s.list(s.tenantSchema), ...s.errorsFor(401) } } },
-    async () => ({
-      data: await store.listTenants(),
-    }),
-  );
+  app.get('/tenants', spec('tenants', { response: { 200: s.list(s.tenantSchema) } }, [401]), async () => ({
+    data: await store.listTenants(),
+  }));
 
   app.get<{ Params: P<'tid'> }>(
     '/tenants/:tid',
-    {
-      schema: {
-        tags: ['tenants'],
-        params: s.tidParams,
-        response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) },
-      },
-    },
+    spec('tenants', { params: s.tidParams, response: { 200: s.tenantSchema } }, [400, 401, 404]),
     async (req) => store.requireTenant(req.params.tid),
   );
 
   app.patch<{
     Params: P<'tid'>;
     Body: { limits: { maxInFlight?: number; concurrency?: number; rate?: Rate | null } };
-  }>(
-    '/tenants/:tid',
-    {
-      schema: {
-        tags: ['tenants'],
-        params: s.tidParams,
-        body: s.patchTenantBody,
-        response: { 200: s.tenantSchema, ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req) =>
-      store.updateTenant(req.params.tid, (t) => {
-        const l = req.body.limits;
-        const limits = {
-          ...t.limits,
-          ...(l.maxInFlight ? { maxInFlight: l.maxInFlight } : {}),
-          ...(l.concurrency ? { concurrency: l.concurrency } : {}),
-        };
-        if (l.rate === null) delete limits.rate;
-        else if (l.rate) limits.rate = l.rate;
-        return { ...t, limits };
-      }),
+  }>('/tenants/:tid', updated('tenants', s.tidParams, s.patchTenantBody, s.tenantSchema), async (req) =>
+    store.updateTenant(req.params.tid, (t) => {
+      const l = req.body.limits;
+      const limits = {
+        ...t.limits,
+        ...(l.maxInFlight ? { maxInFlight: l.maxInFlight } : {}),
+        ...(l.concurrency ? { concurrency: l.concurrency } : {}),
+      };
+      if (l.rate === null) delete limits.rate;
+      else if (l.rate) limits.rate = l.rate;
+      return { ...t, limits };
+    }),
   );
 
-  app.delete<{ Params: P<'tid'> }>(
+  deleteRoute<'tid'>(
     '/tenants/:tid',
-    {
-      schema: {
-        tags: ['tenants'],
-        params: s.tidParams,
-        response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) },
-      },
+    'tenants',
+    s.tidParams,
+    async (p) => {
+      await store.deleteTenant(p.tid);
+      await apiKeys.revokeAll(p.tid);
     },
-    async (req, reply) => {
-      await store.deleteTenant(req.params.tid);
-      await apiKeys.revokeAll(req.params.tid);
-      return reply.code(204).send();
-    },
+    { tenantFirst: false },
   );
 
   for (const [action, status] of [
@@ -186,13 +225,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   ] as const) {
     app.post<{ Params: P<'tid'> }>(
       `/tenants/:tid/${action}`,
-      {
-        schema: {
-          tags: ['tenants'],
-          params: s.tidParams,
-          response: { 200: s.statusSchema, ...s.errorsFor(400, 401, 404) },
-        },
-      },
+      spec('tenants', { params: s.tidParams, response: { 200: s.statusSchema } }, [400, 401, 404]),
       async (req) => {
         // updateTenant publishes the change; every worker's ConfigCache drops the tenant at once.
         const t = await store.updateTenant(req.params.tid, (cur) => ({ ...cur, status }));
@@ -203,15 +236,12 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid'>; Querystring: { detail?: 'workers' } }>(
     '/tenants/:tid/stats',
-    {
-      config: { tenantKey: true },
-      schema: {
-        tags: ['tenants'],
-        params: s.tidParams,
-        querystring: s.statsQuery,
-        response: { 200: s.statsSchema, ...s.errorsFor(400, 401, 403, 404, 503) },
-      },
-    },
+    spec(
+      'tenants',
+      { params: s.tidParams, querystring: s.statsQuery, response: { 200: s.statsSchema } },
+      [400, 401, 403, 404, 503],
+      { config: { tenantKey: true } },
+    ),
     async (req) => {
       const t = await store.requireTenant(req.params.tid);
       const stats = await d.services.tenantStats(t.id, { detail: req.query.detail === 'workers' });
@@ -223,15 +253,12 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   // --- tenant API keys -----------------------------------------------------------------------
   app.post<{ Params: P<'tid'>; Body: { name?: string } | undefined }>(
     '/tenants/:tid/keys',
-    {
-      preValidation: emptyBodyIsObject,
-      schema: {
-        tags: ['keys'],
-        params: s.tidParams,
-        body: s.createApiKeyBody,
-        response: { 201: s.apiKeySchema, ...s.errorsFor(400, 401, 404) },
-      },
-    },
+    spec(
+      'keys',
+      { params: s.tidParams, body: s.createApiKeyBody, response: { 201: s.apiKeySchema } },
+      [400, 401, 404],
+      { preValidation: emptyBodyIsObject },
+    ),
     async (req, reply) => {
       await store.requireTenant(req.params.tid);
       const { record, key } = await apiKeys.create(req.params.tid, req.body?.name);
@@ -239,55 +266,25 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.get<{ Params: P<'tid'> }>(
-    '/tenants/:tid/keys',
-    {
-      schema: {
-        tags: ['keys'],
-        params: s.tidParams,
-        response: { 200: s.list(s.apiKeySchema), ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req) => {
-      await store.requireTenant(req.params.tid);
-      return { data: await apiKeys.list(req.params.tid) };
-    },
-  );
+  listRoute('/tenants/:tid/keys', 'keys', s.apiKeySchema, (tenantId) => apiKeys.list(tenantId));
 
-  app.delete<{ Params: P<'tid' | 'kid'> }>(
+  deleteRoute<'tid' | 'kid'>(
     '/tenants/:tid/keys/:kid',
+    'keys',
+    s.tidKidParams,
+    (p) => apiKeys.revoke(p.tid, p.kid),
     {
-      schema: {
-        tags: ['keys'],
-        params: s.tidKidParams,
-        response: { 204: { description: 'revoked', type: 'null' }, ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req, reply) => {
-      await apiKeys.revoke(req.params.tid, req.params.kid);
-      return reply.code(204).send();
+      done: 'revoked',
+      tenantFirst: false,
     },
   );
 
   // --- endpoints -----------------------------------------------------------------------------
-  type EndpointBody = {
-    id?: string;
-    url: string;
-    eventTypes?: string[];
-    secret?: string;
-    rate?: Rate;
-    timeoutMs?: number;
-  };
+  type EndpointBody = Pick<Endpoint, 'url'> &
+    Partial<Pick<Endpoint, 'id' | 'eventTypes' | 'secret' | 'rate' | 'timeoutMs'>>;
   app.post<{ Params: P<'tid'>; Body: EndpointBody }>(
     '/tenants/:tid/endpoints',
-    {
-      schema: {
-        tags: ['endpoints'],
-        params: s.tidParams,
-        body: s.createEndpointBody,
-        response: { 201: s.endpointSchema, ...s.errorsFor(400, 401, 404, 409) },
-      },
-    },
+    createdUnderTenant('endpoints', s.createEndpointBody, s.endpointSchema),
     async (req, reply) => {
       const b = req.body;
       const ep: Endpoint = {
@@ -305,30 +302,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.get<{ Params: P<'tid'> }>(
-    '/tenants/:tid/endpoints',
-    {
-      schema: {
-        tags: ['endpoints'],
-        params: s.tidParams,
-        response: { 200: s.list(s.endpointSchema), ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req) => {
-      await store.requireTenant(req.params.tid);
-      return { data: await store.listEndpoints(req.params.tid) };
-    },
+  listRoute('/tenants/:tid/endpoints', 'endpoints', s.endpointSchema, (tenantId) =>
+    store.listEndpoints(tenantId),
   );
 
   app.get<{ Params: P<'tid' | 'eid'> }>(
     '/tenants/:tid/endpoints/:eid',
-    {
-      schema: {
-        tags: ['endpoints'],
-        params: s.tidEidParams,
-        response: { 200: s.endpointSchema, ...s.errorsFor(400, 401, 404) },
-      },
-    },
+    spec('endpoints', { params: s.tidEidParams, response: { 200: s.endpointSchema } }, [400, 401, 404]),
     async (req) => {
       await store.requireTenant(req.params.tid);
       return store.requireEndpoint(req.params.tid, req.params.eid);
@@ -340,14 +320,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     Body: Partial<Omit<EndpointBody, 'id' | 'rate'>> & { rate?: Rate | null };
   }>(
     '/tenants/:tid/endpoints/:eid',
-    {
-      schema: {
-        tags: ['endpoints'],
-        params: s.tidEidParams,
-        body: s.patchEndpointBody,
-        response: { 200: s.endpointSchema, ...s.errorsFor(400, 401, 404) },
-      },
-    },
+    updated('endpoints', s.tidEidParams, s.patchEndpointBody, s.endpointSchema),
     async (req) => {
       const b = req.body;
       const url = b.url === undefined ? undefined : checkUrl(b.url);
@@ -367,20 +340,8 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.delete<{ Params: P<'tid' | 'eid'> }>(
-    '/tenants/:tid/endpoints/:eid',
-    {
-      schema: {
-        tags: ['endpoints'],
-        params: s.tidEidParams,
-        response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req, reply) => {
-      await store.requireTenant(req.params.tid);
-      await store.deleteEndpoint(req.params.tid, req.params.eid);
-      return reply.code(204).send();
-    },
+  deleteRoute<'tid' | 'eid'>('/tenants/:tid/endpoints/:eid', 'endpoints', s.tidEidParams, (p) =>
+    store.deleteEndpoint(p.tid, p.eid),
   );
 
   for (const [action, status] of [
@@ -389,13 +350,11 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   ] as const) {
     app.post<{ Params: P<'tid' | 'eid'> }>(
       `/tenants/:tid/endpoints/:eid/${action}`,
-      {
-        schema: {
-          tags: ['endpoints'],
-          params: s.tidEidParams,
-          response: { 200: s.endpointStatusSchema, ...s.errorsFor(400, 401, 404) },
-        },
-      },
+      spec(
+        'endpoints',
+        { params: s.tidEidParams, response: { 200: s.endpointStatusSchema } },
+        [400, 401, 404],
+      ),
       async (req) => {
         await store.requireTenant(req.params.tid);
         const ep = await store.updateEndpoint(req.params.tid, req.params.eid, (cur) => {
@@ -410,24 +369,11 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   }
 
   // --- sources -------------------------------------------------------------------------------
-  type SourceBody = {
-    id?: string;
-    kind: SourceKind;
-    secret: string;
-    allowCidrs?: string[];
-    maxBodyBytes?: number;
-    rate?: Rate;
-  };
+  type SourceBody = Pick<Source, 'kind' | 'secret'> &
+    Partial<Pick<Source, 'id' | 'allowCidrs' | 'maxBodyBytes' | 'rate'>>;
   app.post<{ Params: P<'tid'>; Body: SourceBody }>(
     '/tenants/:tid/sources',
-    {
-      schema: {
-        tags: ['sources'],
-        params: s.tidParams,
-        body: s.createSourceBody,
-        response: { 201: s.sourceSchema, ...s.errorsFor(400, 401, 404, 409) },
-      },
-    },
+    createdUnderTenant('sources', s.createSourceBody, s.sourceSchema),
     async (req, reply) => {
       const b = req.body;
       checkSourceSecret(b.kind, b.secret);
@@ -446,30 +392,13 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.get<{ Params: P<'tid'> }>(
-    '/tenants/:tid/sources',
-    {
-      schema: {
-        tags: ['sources'],
-        params: s.tidParams,
-        response: { 200: s.list(s.sourceSchema), ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req) => {
-      await store.requireTenant(req.params.tid);
-      return { data: (await store.listSources(req.params.tid)).map(withIngestPath) };
-    },
+  listRoute('/tenants/:tid/sources', 'sources', s.sourceSchema, async (tenantId) =>
+    (await store.listSources(tenantId)).map(withIngestPath),
   );
 
   app.get<{ Params: P<'tid' | 'sid'> }>(
     '/tenants/:tid/sources/:sid',
-    {
-      schema: {
-        tags: ['sources'],
-        params: s.tidSidParams,
-        response: { 200: s.sourceSchema, ...s.errorsFor(400, 401, 404) },
-      },
-    },
+    spec('sources', { params: s.tidSidParams, response: { 200: s.sourceSchema } }, [400, 401, 404]),
     async (req) => {
       await store.requireTenant(req.params.tid);
       const src = await store.getSource(req.params.sid);
@@ -480,38 +409,26 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     },
   );
 
-  app.delete<{ Params: P<'tid' | 'sid'> }>(
-    '/tenants/:tid/sources/:sid',
-    {
-      schema: {
-        tags: ['sources'],
-        params: s.tidSidParams,
-        response: { 204: { description: 'deleted', type: 'null' }, ...s.errorsFor(400, 401, 404) },
-      },
-    },
-    async (req, reply) => {
-      await store.requireTenant(req.params.tid);
-      await store.deleteSource(req.params.tid, req.params.sid);
-      return reply.code(204).send();
-    },
+  deleteRoute<'tid' | 'sid'>('/tenants/:tid/sources/:sid', 'sources', s.tidSidParams, (p) =>
+    store.deleteSource(p.tid, p.sid),
   );
 
   // --- events --------------------------------------------------------------------------------
   app.post<{ Params: P<'tid'>; Body: { id?: string; type: string; payload: unknown } }>(
     '/tenants/:tid/events',
-    {
-      config: { tenantKey: true },
-      schema: {
-        tags: ['events'],
+    spec(
+      'events',
+      {
         params: s.tidParams,
         body: s.createEventBody,
         response: {
           202: { description: 'accepted and durable', ...s.eventAcceptedSchema },
           200: { description: 'seen within the dedup window; not delivered again', ...s.eventAcceptedSchema },
-          ...s.errorsFor(400, 401, 403, 404, 413, 503),
         },
       },
-    },
+      [400, 401, 403, 404, 413, 503],
+      { config: { tenantKey: true } },
+    ),
     async (req, reply) => {
       const services = d.services;
       await store.requireTenant(req.params.tid);
@@ -531,14 +448,9 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid' | 'eid'> }>(
     '/tenants/:tid/events/:eid',
-    {
+    spec('events', { params: s.tidEidParams, response: { 200: s.eventSchema } }, [400, 401, 403, 404, 503], {
       config: { tenantKey: true },
-      schema: {
-        tags: ['events'],
-        params: s.tidEidParams,
-        response: { 200: s.eventSchema, ...s.errorsFor(400, 401, 403, 404, 503) },
-      },
-    },
+    }),
     async (req) => {
       const services = d.services;
       await store.requireTenant(req.params.tid);
@@ -551,14 +463,11 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   // --- dead letters --------------------------------------------------------------------------
   app.get<{ Params: P<'tid'>; Querystring: { endpointId?: string; limit?: string } }>(
     '/tenants/:tid/dlq',
-    {
-      schema: {
-        tags: ['dlq'],
-        params: s.tidParams,
-        querystring: s.dlqQuery,
-        response: { 200: s.list(s.dlqEntrySchema), ...s.errorsFor(400, 401, 404, 503) },
-      },
-    },
+    spec(
+      'dlq',
+      { params: s.tidParams, querystring: s.dlqQuery, response: { 200: s.list(s.dlqEntrySchema) } },
+      [400, 401, 404, 503],
+    ),
     async (req) => {
       const services = d.services;
       await store.requireTenant(req.params.tid);
@@ -574,15 +483,12 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.post<{ Params: P<'tid'>; Body: { endpointId?: string } | undefined }>(
     '/tenants/:tid/dlq/replay',
-    {
-      preValidation: emptyBodyIsObject,
-      schema: {
-        tags: ['dlq'],
-        params: s.tidParams,
-        body: s.replayBody,
-        response: { 202: s.replaySchema, ...s.errorsFor(400, 401, 404, 503) },
-      },
-    },
+    spec(
+      'dlq',
+      { params: s.tidParams, body: s.replayBody, response: { 202: s.replaySchema } },
+      [400, 401, 404, 503],
+      { preValidation: emptyBodyIsObject },
+    ),
     async (req, reply) => {
       const services = d.services;
       await store.requireTenant(req.params.tid);

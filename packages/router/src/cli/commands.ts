@@ -24,11 +24,11 @@ function ctx(cmd: Command): { client: AdminClient; json: boolean } {
  * A subcommand that takes positional ids, makes one admin API call and prints its answer: JSON with
  * --json, else `print` (a table, key/values or one line).
  */
-function simple<R>(
+function simple<R, O = Record<string, never>>(
   parent: Command,
   name: string,
   args: string[],
-  run: (client: AdminClient, ids: string[]) => Promise<R>,
+  run: (client: AdminClient, ids: string[], o: O, json: boolean) => Promise<R>,
   print: (r: R, ids: string[]) => void,
   description?: string,
 ): Command {
@@ -38,7 +38,7 @@ function simple<R>(
   return c.action(async (...params: unknown[]) => {
     const ids = params.slice(0, args.length) as string[];
     const { client, json } = ctx(params.at(-1) as Command);
-    const r = await run(client, ids);
+    const r = await run(client, ids, params.at(-2) as O, json);
     json ? printJson(r) : print(r, ids);
   });
 }
@@ -294,16 +294,14 @@ export function registerOperatorCommands(program: Command): void {
 
   // --- tenant API keys -----------------------------------------------------------------------
   const keys = program.command('keys').description('tenant-scoped API keys (events and own stats only)');
-  keys
-    .command('create')
-    .argument('<tid>')
-    .option('--name <name>', 'a label')
-    .description('create a key; it is shown only this once')
-    .action(async (tid: string, o: { name?: string }, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const k = await client.post<Row>(`/v1/tenants/${seg(tid)}/keys`, o.name ? { name: o.name } : {});
-      json ? printJson(k) : printKv(k);
-    });
+  simple<Row, { name?: string }>(
+    keys,
+    'create',
+    ['tid'],
+    (client, [tid], o) => client.post<Row>(tenantPath(tid!, 'keys'), o.name ? { name: o.name } : {}),
+    (k) => printKv(k),
+    'create a key; it is shown only this once',
+  ).option('--name <name>', 'a label');
   listCommand(keys, 'keys', ['id', 'name', 'createdAt']);
   deleteCommand(keys, 'key', ['tid', 'keyId'], 'revoke');
 
@@ -374,27 +372,28 @@ export function registerOperatorCommands(program: Command): void {
 
   // --- events --------------------------------------------------------------------------------
   const events = program.command('events').description('send an event, or see where one went');
-  events
-    .command('send')
-    .argument('<tid>')
-    .requiredOption('--type <type>', 'event type, e.g. order.created')
-    .option('--payload <json>', 'JSON payload', '{}')
-    .option('--id <id>', 'event id (dedup key; generated when absent)')
-    .action(async (tid: string, o: { type: string; payload: string; id?: string }, cmd: Command) => {
-      const { client, json } = ctx(cmd);
+  simple<{ id: string; duplicate?: boolean }, { type: string; payload: string; id?: string }>(
+    events,
+    'send',
+    ['tid'],
+    (client, [tid], o) => {
       let payload: unknown;
       try {
         payload = JSON.parse(o.payload);
       } catch {
         throw new Error('--payload must be JSON');
       }
-      const r = await client.post<{ id: string; duplicate?: boolean }>(`/v1/tenants/${seg(tid)}/events`, {
+      return client.post(tenantPath(tid!, 'events'), {
         type: o.type,
         payload,
         ...(o.id ? { id: o.id } : {}),
       });
-      json ? printJson(r) : process.stdout.write(`${r.duplicate ? 'duplicate' : 'accepted'} ${r.id}\n`);
-    });
+    },
+    (r) => process.stdout.write(`${r.duplicate ? 'duplicate' : 'accepted'} ${r.id}\n`),
+  )
+    .requiredOption('--type <type>', 'event type, e.g. order.created')
+    .option('--payload <json>', 'JSON payload', '{}')
+    .option('--id <id>', 'event id (dedup key; generated when absent)');
   getCommand(events, 'events', 'eventId', (e) => {
     printKv({ id: e.id, type: e.type, receivedAt: e.receivedAt });
     printTable(e.deliveries as Row[], ['endpointId', 'status', 'attempts', 'lastStatus', 'lastError']);
@@ -402,28 +401,25 @@ export function registerOperatorCommands(program: Command): void {
 
   // --- dead letters --------------------------------------------------------------------------
   const dlq = program.command('dlq').description("a tenant's dead letters");
-  dlq
-    .command('list')
-    .argument('<tid>')
+  simple<{ data: Row[] }, { endpoint?: string; limit?: number }>(
+    dlq,
+    'list',
+    ['tid'],
+    (client, [tid], o) => client.get(dlqPath(tid!, o.endpoint, o.limit ?? 100)),
+    (r) => printTable(r.data, ['eventId', 'endpointId', 'attempts', 'lastError', 'failedAt']),
+  )
     .option('--endpoint <eid>', 'only this endpoint')
-    .option('--limit <n>', 'at most this many (1-1000)', int('--limit'))
-    .action(async (tid: string, o: { endpoint?: string; limit?: number }, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const r = await client.get<{ data: Row[] }>(dlqPath(tid, o.endpoint, o.limit ?? 100));
-      json
-        ? printJson(r)
-        : printTable(r.data, ['eventId', 'endpointId', 'attempts', 'lastError', 'failedAt']);
-    });
-  dlq
-    .command('replay')
-    .argument('<tid>')
-    .option('--endpoint <eid>', 'only this endpoint')
-    .description('send dead letters again with a fresh attempt schedule (shows progress)')
-    .action(async (tid: string, o: { endpoint?: string }, cmd: Command) => {
-      const { client, json } = ctx(cmd);
-      const replayed = await replayWithProgress(client, tid, o.endpoint, !json);
-      json ? printJson({ replayed }) : process.stdout.write(`replayed ${replayed}\n`);
-    });
+    .option('--limit <n>', 'at most this many (1-1000)', int('--limit'));
+  simple<{ replayed: number }, { endpoint?: string }>(
+    dlq,
+    'replay',
+    ['tid'],
+    async (client, [tid], o, json) => ({
+      replayed: await replayWithProgress(client, tid!, o.endpoint, !json),
+    }),
+    (r) => process.stdout.write(`replayed ${r.replayed}\n`),
+    'send dead letters again with a fresh attempt schedule (shows progress)',
+  ).option('--endpoint <eid>', 'only this endpoint');
 
   registerBenchCommand(program, ctx);
 }

@@ -18,6 +18,10 @@ export function buildProgram(): Command {
       process.stdout.write(
         `spillway ${opts.role} running\n  admin:  http://${host}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
       );
+      if (opts.role === 'all' || opts.role === 'admin')
+        process.stdout.write(
+          `  console: http://${host}:${s.adminPort}/console  (sign in with the admin token)\n`,
+        );
       if (s.ingestPort !== undefined)
         process.stdout.write(`  ingest: http://${host}:${s.ingestPort}/ingest/<sourceId>\n`);
       const stop = (sig: string) => {

@@ -2,7 +2,7 @@
   After a batch is durable (its BullMQ job exists): for each event of ONE tenant, promote the dedup
   marker to "done" for the full window and create the event's record (its meta, only if absent) with
   the record TTL, so a GET right after the 202 finds the event. The per-endpoint pending records are
-  written by the worker at fan-out (records/records.ts, RecordWriter.created). All keys share the
+  written by the worker at fan-out (commands/events-fanout-2n.lua). All keys share the
   tenant's hash tag (one slot on Redis Cluster).
   KEYS    two per event: dedup key, record key ({t:<tenant>}:dedup:<id>, {t:<tenant>}:ev:<id>)
   ARGV[1] dedup window in milliseconds

@@ -5,13 +5,20 @@ import { defineCommands, type RedisClient } from '@spillway/shared';
  * `defineCommands` in @spillway/shared). Numeric results become errors in exactly one place: the
  * caller of each command.
  */
-const SCRIPTS = ['dedup-release-1', 'dlq-remove-1', 'dedup-reserve-1n', 'events-accept-2n'] as const;
+const SCRIPTS = [
+  'dedup-release-1',
+  'dlq-remove-1',
+  'dedup-reserve-1n',
+  'events-accept-2n',
+  'events-fanout-2n',
+] as const;
 
 export interface RouterCommands {
   dedupRelease(key: string, marker: string): Promise<number>;
   dlqRemove(key: string, ...entries: string[]): Promise<number>;
   dedupReserve(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<(string | number)[]>;
   eventsAccept(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
+  eventsFanout(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
 }
 
 /** The same commands queued on a pipeline (ioredis adds custom commands to pipelines too). */

@@ -16,7 +16,7 @@ import type { Queue } from 'bullmq';
 import { type PipeCommands, type RouterCommands, withCommands } from '../commands/index.ts';
 import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from '../metrics.ts';
 import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
-import { RECORD_TTL_S } from '../records/records.ts';
+import { RECORD_TTL_S, recordMeta } from '../records/records.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
@@ -222,8 +222,7 @@ export class DurableIntake implements Intake {
     // Durable. Before answering, promote the markers to the full window and write each event's
     // record, so a GET right after the 202 finds the event (its deliveries appear at fan-out).
     // Neither write owns anything: if they fail the answer is still 202, and the worker promotes
-    // the markers (promoteDedup) and writes the record (RecordWriter.created) when it processes
-    // the job.
+    // the markers and writes the record (fanoutRecords) when it processes the job.
     const promoted = await acceptEvents(
       this.#redis,
       this.#keys,
@@ -266,26 +265,44 @@ export class DurableIntake implements Intake {
   }
 }
 
-/** Marks ids of a processed intake job as done (idempotent; covers a lost promote after a durable add). */
-export async function promoteDedup(
+/** One event of an intake job at fan-out: its meta and the endpoints it goes to. */
+export interface FannedOutEvent {
+  tenantId: string;
+  eventId: string;
+  /** Record meta JSON (recordMeta). */
+  meta: string;
+  endpointIds: readonly string[];
+}
+
+/**
+ * At fan-out, one Lua call per tenant (`commands/events-fanout-2n.lua`, pipelined): each event is
+ * made sure of as accepted (dedup marker done, record meta — covers an intake whose promote was
+ * lost after a durable add) and gets a pending record per endpoint unless it has one. Best-effort
+ * like every record write: it owns nothing.
+ */
+export async function fanoutRecords(
   redis: RedisClient,
   keys: Keys,
-  events: readonly WireEvent[],
+  events: readonly FannedOutEvent[],
   windowMs: number,
 ): Promise<void> {
+  const r = withCommands(redis);
   const res = await pipelineByTag(
-    redis,
-    events,
-    (e) => tenantTag(e.t),
-    (pipe, e) => pipe.set(keys.dedup(e.t, e.i), DONE, 'PX', windowMs),
+    r,
+    groupByTenant(events, (e) => e.tenantId),
+    ([tenantId]) => tenantTag(tenantId),
+    (pipe, [tenantId, evs]) => {
+      const ks: string[] = [];
+      const args: (string | number)[] = [windowMs, RECORD_TTL_S];
+      for (const e of evs) {
+        ks.push(keys.dedup(tenantId, e.eventId), keys.event(tenantId, e.eventId));
+        args.push(e.meta, JSON.stringify(e.endpointIds));
+      }
+      (pipe as unknown as PipeCommands).eventsFanout(ks.length, ...ks, ...args);
+    },
   );
   const err = firstError(res);
   if (err) throw err;
-}
-
-/** The `meta` field of an event's delivery record. */
-export function recordMeta(id: string, type: string, receivedAt: number): string {
-  return JSON.stringify({ id, type, receivedAt });
 }
 
 /** One event made durable: its dedup marker is promoted and its record (meta) created. */

@@ -13,16 +13,21 @@ import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
 /**
  * Delivery records: one hash per event, `keys.event(tenantId, eventId)`:
  *   meta          {"id","type","receivedAt"}
- *   ep:<endpoint> DeliveryRecord JSON (pending at fan-out, rewritten after every attempt)
+ *   ep:<endpoint> DeliveryRecord JSON (pending at fan-out, `commands/events-fanout-2n.lua`;
+ *                 rewritten after every attempt)
  * They are what GET /v1/tenants/:tid/events/:eid shows. They are NOT the durable owner of anything
  * (tasks are owned by jobs/offsets), so writes are batched and best-effort.
  */
 export const RECORD_TTL_S = 7 * 24 * 3600;
+
+/** The `meta` field of an event's record (written by the intake at accept, and again by the worker if missing). */
+export function recordMeta(eventId: string, type: string, receivedAt: number): string {
+  return JSON.stringify({ id: eventId, type, receivedAt });
+}
 const FLUSH_MS = 5;
 
-type Write =
-  | { kind: 'create'; key: string; meta: string; fields: string[] }
-  | { kind: 'set'; key: string; field: string; value: string };
+/** One attempt's record (the pending ones are written at fan-out: intake's fanoutRecords). */
+type Write = { key: string; field: string; value: string };
 
 export class RecordWriter {
   readonly #redis: RedisClient;
@@ -36,26 +41,8 @@ export class RecordWriter {
     this.#logger = logger;
   }
 
-  /** At fan-out: the event's meta and a pending record per endpoint, unless they exist (a re-run job keeps progress). */
-  created(
-    tenantId: string,
-    eventId: string,
-    type: string,
-    receivedAt: number,
-    endpointIds: readonly string[],
-  ): void {
-    const meta = JSON.stringify({ id: eventId, type, receivedAt });
-    this.#push({
-      kind: 'create',
-      key: this.#keys.event(tenantId, eventId),
-      meta,
-      fields: endpointIds as string[],
-    });
-  }
-
   attempt(task: DeliveryTask, rec: DeliveryRecord): void {
     this.#push({
-      kind: 'set',
       key: this.#keys.event(task.tenantId, task.eventId),
       field: `ep:${task.endpointId}`,
       value: JSON.stringify(rec),
@@ -73,20 +60,14 @@ export class RecordWriter {
 
   /** Per tenant (slot) on a Redis Cluster; one pipeline on standalone Redis. */
   async #write(buf: Write[]): Promise<void> {
+    // Only the last record of one delivery in a flush matters (HSET overwrites).
+    const last = new Map<string, Write>();
+    for (const w of buf) last.set(`${w.key}\u0000${w.field}`, w);
     const res = await pipelineByTag(
       this.#redis,
-      buf,
+      [...last.values()],
       (w) => hashTag(w.key),
-      (pipe, w) => {
-        if (w.kind === 'create') {
-          pipe.hsetnx(w.key, 'meta', w.meta);
-          for (const ep of w.fields) {
-            const rec: DeliveryRecord = { endpointId: ep, status: 'pending', attempts: 0 };
-            pipe.hsetnx(w.key, `ep:${ep}`, JSON.stringify(rec));
-          }
-          pipe.expire(w.key, RECORD_TTL_S);
-        } else pipe.hset(w.key, w.field, w.value);
-      },
+      (pipe, w) => pipe.hset(w.key, w.field, w.value),
     );
     const err = firstError(res);
     if (err) this.#logger.warn({ err, writes: buf.length }, 'delivery record write failed');

@@ -25,7 +25,7 @@ const starters: Record<Exclude<Role, 'all'>, () => Promise<RoleStarter>> = {
  * Kafka, starts the roles, then serves /healthz, /readyz, /metrics (and /v1 for admin) on the admin
  * port.
  */
-export async function start(role: Role, env: NodeJS.ProcessEnv = process.env): Promise<Started> {
+export async function start(role: Role, env?: NodeJS.ProcessEnv): Promise<Started> {
   const config = loadConfig(env);
   requireAdminToken(config);
   const rt = createRuntime(config);

@@ -10,7 +10,7 @@ const MAX_BATCH = 500;
  * topic's max.message.bytes, so many large tasks must not share one send; a single record larger
  * than this goes alone (the topic allows up to SPILL_MAX_MESSAGE_BYTES).
  */
-const MAX_SEND_BYTES = 256 * 1024;
+const MAX_SEND_BYTES = 128 * 1024;
 
 interface Item {
   task: DeliveryTask;
@@ -148,7 +148,9 @@ export class SpillProducer {
   }
 
   async close(): Promise<void> {
-    await this.#writer.flush();
+    // Everything handed in before the producer is closed is sent (or abandoned below).
+    do await this.#writer.flush();
+    while (this.#writer.busy);
     this.#closed = true;
     await this.#producer?.disconnect().catch(() => {});
   }

@@ -1,10 +1,10 @@
 import { createRedis, type RedisClient } from '@spillway/shared';
 import { type Job, Queue, Worker } from 'bullmq';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
-import { type IntakeJobData, promoteDedup } from '../intake/intake.ts';
+import { type FannedOutEvent, fanoutRecords, type IntakeJobData } from '../intake/intake.ts';
 import { tasksDiscardedTotal } from '../metrics.ts';
 import { TenantCounters } from '../records/counters.ts';
-import { RecordWriter } from '../records/records.ts';
+import { RecordWriter, recordMeta } from '../records/records.ts';
 import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
@@ -94,9 +94,8 @@ export async function createWorker(
     await engine.room(events.length);
     let reserved = events.length;
     try {
-      // Covers a promote the intake lost after a durable add (see intake.ts).
-      await promoteDedup(rt.redis, keys, events, config.dedupWindowMs).catch(() => {});
       const tasks: DeliveryTask[] = [];
+      const fanned: FannedOutEvent[] = [];
       // Fan out on config read after the events were accepted (one read per tenant per job), not on
       // this worker's possibly older view: "create an endpoint, then send" always reaches it.
       const tids = [...new Set(events.map((w) => w.t))];
@@ -113,15 +112,19 @@ export async function createWorker(
         }
         const ev = eventFromWire(w);
         const ts = fanOut(ev, [...v.endpoints.values()]);
-        records.created(
-          ev.tenantId,
-          ev.id,
-          ev.type,
-          ev.receivedAt,
-          ts.map((t) => t.endpointId),
-        );
+        fanned.push({
+          tenantId: ev.tenantId,
+          eventId: ev.id,
+          meta: recordMeta(ev.id, ev.type, ev.receivedAt),
+          endpointIds: ts.map((t) => t.endpointId),
+        });
         tasks.push(...ts);
       }
+      // Pending records (and a lost promote) before any attempt can overwrite them: one Lua call per
+      // tenant of the job. Best-effort: a failure only leaves the records incomplete.
+      await fanoutRecords(rt.redis, keys, fanned, config.dedupWindowMs).catch((err) =>
+        logger.warn({ err }, 'fan-out records not written'),
+      );
       const held = engine.hold(tasks, reserved);
       reserved = 0;
       await held;

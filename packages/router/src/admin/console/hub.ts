@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import { isSpillwayError } from '@spillway/shared';
+import { toResponse } from '@spillway/shared';
 
 /** What a stream sends when a snapshot cannot be made: the API's own error body, and its status. */
 export interface StreamError {
@@ -7,27 +7,10 @@ export interface StreamError {
   error: { code: string; message: string };
 }
 
-/**
- * ioredis gives up on a command with these when the server is unreachable. Same test as the admin
- * API's error handler (../index.ts), so the console says 503 exactly when the API would.
- */
-export function isRedisDown(err: unknown): boolean {
-  const e = err as { name?: string; message?: string; code?: string };
-  return (
-    e.name === 'MaxRetriesPerRequestError' ||
-    e.code === 'ECONNREFUSED' ||
-    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ETIMEDOUT|timed out/.test(e.message ?? '')
-  );
-}
-
+/** The same status and words the /v1 API would answer for this error (shared `toResponse`). */
 export function toStreamError(err: unknown): StreamError {
-  if (isSpillwayError(err)) return { status: err.status, error: { code: err.apiCode, message: err.message } };
-  if (isRedisDown(err))
-    return {
-      status: 503,
-      error: { code: 'unavailable', message: 'storage (Redis) is unavailable; retry shortly' },
-    };
-  return { status: 500, error: { code: 'internal', message: 'internal error' } };
+  const res = toResponse(err);
+  return { status: res.status, error: res.body.error };
 }
 
 /**

@@ -1218,6 +1218,8 @@ function dlqSection(tid, endpoints) {
   let entries = [];
   let page = 0;
   let replay = null; // { start, endpointId }
+  let lastDlq = null;
+  let loading = null;
   const filter = h(
     'select',
     { id: 'dlq-endpoint', name: 'endpoint' },
@@ -1342,9 +1344,22 @@ function dlqSection(tid, endpoints) {
   return {
     el,
     load,
-    /** Called with each live DLQ length: while a replay runs, progress = how much has left the DLQ. */
+    /**
+     * Called with each live DLQ length. While a replay runs, progress = how much has left the DLQ;
+     * otherwise a changed length re-reads the list (at most one read at a time, so ≤ 1 a second).
+     */
     progress(dlq) {
-      if (!replay) return;
+      if (!replay) {
+        if (dlq !== lastDlq && !loading) {
+          lastDlq = dlq;
+          loading = load()
+            .catch((err) => out.error(err))
+            .finally(() => {
+              loading = null;
+            });
+        }
+        return;
+      }
       if (replay.start === null) {
         replay.start = Math.max(dlq, entries.length);
         progress.max = Math.max(1, replay.start);
