@@ -174,7 +174,8 @@ describe('operator console', { timeout: 240_000 }, () => {
     await waitForText(page, '#tenant-status', 'paused');
     expect((await api('GET', `/v1/tenants/${TID}`)).body.status).toBe('paused');
     // A pause reaches every worker within 1 s (CONTRACT); events sent after that are all held.
-    await new Promise((r) => setTimeout(r, 1500));
+    // Deliberate: waits out that bound (the workers' view of the pause is not observable here).
+    await sleep(1500);
 
     await sendEvents(ids('paused', 20));
     await waitForText(page, '#stats [data-field="spilled"]', '20');
