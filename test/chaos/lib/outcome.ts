@@ -1,9 +1,11 @@
 import { createKeys } from '@spillway/shared';
-import type { Sink } from '../../bench/lib/sink.ts';
+import { rssSampler } from '../../bench/lib/procs.ts';
+import { type Sink, startSink } from '../../bench/lib/sink.ts';
 import {
   describeDeath,
   type RoleProc,
-  type SpillwayCluster,
+  SpillwayCluster,
+  type SpillwayEnvOptions,
   tenantCounters,
 } from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
@@ -159,4 +161,18 @@ export async function tearDown(w: {
   await w.load?.close().catch(() => {});
   await w.c.close();
   await w.sink.close();
+}
+
+/**
+ * What a restart scenario starts with: a sink that keeps delivery ids, a cluster on `prefix` whose
+ * retries are spaced as in production (1 s … 20 s), and an RSS sampler over its role processes.
+ */
+export async function chaosWorld(prefix: string, options: SpillwayEnvOptions = {}) {
+  const sink = await startSink({ trackIds: true });
+  const c = new SpillwayCluster(prefix, {
+    ...options,
+    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s', ...options.extra },
+  });
+  const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
+  return { sink, c, rss, failures: [] as string[] };
 }

@@ -3,13 +3,11 @@
  * more keep arriving: no process may need a restart, and after resume every accepted event must be
  * delivered. Uses a broker of its own (separate state dir and ports), never the shared one.
  */
-import { rssSampler } from '../../bench/lib/procs.ts';
-import { startSink } from '../../bench/lib/sink.ts';
-import { SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
+import { tenantCounters } from '../../bench/lib/spillway.ts';
 import { PrivateKafka } from '../../helpers/kafka-broker.ts';
 import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
-import { acme, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
+import { acme, chaosWorld, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
@@ -18,14 +16,8 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
   const own = new PrivateKafka();
   log('starting a Kafka broker of our own');
   await own.start();
-  const sink = await startSink({ trackIds: true });
-  const c = new SpillwayCluster('ckf', {
-    kafkaBrokers: own.brokers,
-    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
-  });
-  const failures: string[] = [];
+  const { sink, c, rss, failures } = await chaosWorld('ckf', { kafkaBrokers: own.brokers });
   let load: LoadGen | undefined;
-  const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
   try {
     const src = await acme(c, sink, 'kf');
     const ingest = await c.startRole('ingest');

@@ -2,13 +2,10 @@
  * Redis stopped for 10 s under load, then started again on the same AOF: ingest must answer 503
  * (never 2xx) meanwhile, every process must recover on its own, and nothing accepted may be lost.
  */
-import { rssSampler } from '../../bench/lib/procs.ts';
-import { startSink } from '../../bench/lib/sink.ts';
-import { SpillwayCluster } from '../../bench/lib/spillway.ts';
 import { PrivateRedis } from '../../helpers/redis-server.ts';
 import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
-import { acme, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
+import { acme, chaosWorld, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
@@ -16,14 +13,8 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
   const t0 = Date.now();
   const own = new PrivateRedis();
   await own.start();
-  const sink = await startSink({ trackIds: true });
-  const c = new SpillwayCluster('cr', {
-    redisUrl: own.url,
-    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
-  });
-  const failures: string[] = [];
+  const { sink, c, rss, failures } = await chaosWorld('cr', { redisUrl: own.url });
   let load: LoadGen | undefined;
-  const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
   try {
     const src = await acme(c, sink, 'rd');
     const ingest = await c.startRole('ingest');
