@@ -1,7 +1,8 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { createKeys } from '@spillway/shared';
 import { Queue } from 'bullmq';
-import { rssOf, sleep, until } from './lib/procs.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
+import { rssOf } from './lib/procs.ts';
 import { startSink } from './lib/sink.ts';
 import { openIntake, SpillwayCluster } from './lib/spillway.ts';
 
@@ -34,7 +35,7 @@ const tick = setInterval(async () => {
     process.exit(1);
   }
 }, 250);
-await until(
+await waitFor(
   async () => {
     const counts = await q.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'paused');
     return Object.values(counts).every((v) => v === 0);

@@ -11,7 +11,8 @@ import { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import { request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
-import { forkTs, until } from './lib/procs.ts';
+import { waitFor } from '../helpers/wait.ts';
+import { forkTs } from './lib/procs.ts';
 import { deletePrefix, eventBody, REDIS_URL, signGithub } from './lib/spillway.ts';
 import { perRound, spread } from './lib/spread.ts';
 
@@ -112,10 +113,10 @@ describe('bench naive peers', () => {
       NAIVE_CONNECTIONS: '16',
     });
     try {
-      await until(() => got.length >= 20, '20 deliveries', 20_000);
+      await waitFor(() => got.length >= 20, '20 deliveries', 20_000);
       expect(got.every((g) => g.ok)).toBe(true);
       expect(new Set(got.map((g) => g.id)).size).toBe(20);
-      await until(
+      await waitFor(
         async () => (await queue.getCompletedCount()) === 0 && (await queue.count()) === 0,
         'queue empty',
         5000,

@@ -1,8 +1,8 @@
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import { PrivateRedis } from '../helpers/redis-server.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { freePort, PrivateRedis } from '../helpers/router-services.ts';
 import {
   apiClient,
   launchChromium,
@@ -24,7 +24,7 @@ let browser: Browser;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  redis = new PrivateRedis(await freePort());
+  redis = new PrivateRedis(0, { aof: 'always' });
   await redis.start();
   env = testEnv({ SPILLWAY_REDIS_URL: redis.url, SPILLWAY_INGEST_BACKEND: 'node' });
   spillway = await startSpillway(env);
@@ -34,7 +34,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close().catch(() => {});
   await spillway?.stop();
-  await redis?.stop();
+  await redis?.destroy();
   if (env) await dropSpillTopic(env.SPILLWAY_KAFKA_BROKERS!.split(','), env.SPILLWAY_SPILL_TOPIC!);
 });
 

@@ -7,9 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // benchmarks do for internals.
 import { SnapshotHub } from '../../packages/router/src/admin/console/hub.ts';
 import { testEnv } from '../helpers/env.ts';
+import { PrivateRedis } from '../helpers/redis-server.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { freePort, PrivateRedis } from '../helpers/router-services.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 import { apiClient } from './support.ts';
 
 /**
@@ -27,7 +27,7 @@ let env: Record<string, string>;
 let probe: Redis;
 
 beforeAll(async () => {
-  redis = new PrivateRedis(await freePort());
+  redis = new PrivateRedis(0, { aof: 'always' });
   await redis.start();
   env = testEnv({ SPILLWAY_REDIS_URL: redis.url });
   admin = await start('admin', env);
@@ -37,7 +37,7 @@ beforeAll(async () => {
 afterAll(async () => {
   probe?.disconnect();
   await admin?.close();
-  await redis?.stop();
+  await redis?.destroy();
   if (env) await dropSpillTopic(env.SPILLWAY_KAFKA_BROKERS!.split(','), env.SPILLWAY_SPILL_TOPIC!);
 });
 
@@ -87,8 +87,8 @@ describe('console overview stream', { timeout: 120_000 }, () => {
         await collect(res, f, () => Date.now() > deadline);
       }),
     );
-    // Let the producer notice the last subscriber left, then count.
-    await new Promise((r) => setTimeout(r, 1500));
+    // Deliberate window: let the producer notice the last subscriber left, then count.
+    await sleep(1500);
     const llen = (await llenCalls()) - before;
 
     const counts = frames.map((f) => f.length);
@@ -156,7 +156,7 @@ describe('SnapshotHub', () => {
       const seen0 = new Set(frames[0]!.map((x) => (x as { n: number }).n));
       expect(frames[1]!.some((x) => seen0.has((x as { n: number }).n))).toBe(true);
       const after = produced;
-      await new Promise((r) => setTimeout(r, 300));
+      await sleep(300); // deliberate: no subscriber left, so (almost) nothing more is produced
       expect(produced - after).toBeLessThanOrEqual(1);
     } finally {
       hub.close();

@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import { freePort } from '../helpers/ports.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { freePort } from '../helpers/router-services.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 import {
   apiClient,
   launchChromium,
@@ -152,7 +152,7 @@ describe('operator console', { timeout: 240_000 }, () => {
       expect(
         (await api('POST', `/v1/tenants/${OTHER}/events`, { id: `o-${i}`, type: 'x', payload: {} })).status,
       ).toBe(202);
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100); // pacing: the events arrive over 4 s, so the page shows them live
     }
     await waitForText(page, `tr[data-tenant="${OTHER}"] td[data-field="delivered"]`, '40');
     await screenshot(page, 'overview');
@@ -174,7 +174,8 @@ describe('operator console', { timeout: 240_000 }, () => {
     await waitForText(page, '#tenant-status', 'paused');
     expect((await api('GET', `/v1/tenants/${TID}`)).body.status).toBe('paused');
     // A pause reaches every worker within 1 s (CONTRACT); events sent after that are all held.
-    await new Promise((r) => setTimeout(r, 1500));
+    // Deliberate: waits out that bound (the workers' view of the pause is not observable here).
+    await sleep(1500);
 
     await sendEvents(ids('paused', 20));
     await waitForText(page, '#stats [data-field="spilled"]', '20');

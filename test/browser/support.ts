@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import axe from 'axe-core';
 import { type Browser, chromium, type Page } from 'playwright-core';
-import { type Spawned, spawnSpillway, waitFor } from '../helpers/spawn.ts';
+import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /** Where the tests write the console's screenshots (linked from the README). */
 export const SHOTS_DIR = fileURLToPath(new URL('../../docs/console/', import.meta.url));

@@ -5,11 +5,6 @@
  * any ingest backend against the Intake contract: durable before it resolves, dedup per tenant
  * within the window, SPW_ERR_UNAVAILABLE when Redis cannot take the write.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   errors,
   type Intake,
@@ -136,80 +131,6 @@ export class MemorySources implements SourceDirectory {
   }
 }
 
-export async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const addr = srv.address();
-  await new Promise((r) => srv.close(r));
-  return typeof addr === 'object' && addr ? addr.port : 0;
-}
-
-/** A private redis-server (AOF on) that a test may stop and start; never the shared one. */
-export class OwnRedis {
-  readonly port: number;
-  readonly dir = mkdtempSync(join(tmpdir(), 'spw-redis-'));
-  #child: ChildProcess | undefined;
-
-  constructor(port: number) {
-    this.port = port;
-  }
-
-  get url(): string {
-    return `redis://127.0.0.1:${this.port}`;
-  }
-
-  async start(): Promise<void> {
-    const child = spawn(
-      'redis-server',
-      [
-        '--port',
-        String(this.port),
-        '--bind',
-        '127.0.0.1',
-        '--dir',
-        this.dir,
-        '--appendonly',
-        'yes',
-        '--save',
-        '',
-        '--maxmemory-policy',
-        'noeviction',
-      ],
-      { stdio: 'ignore' },
-    );
-    this.#child = child;
-    const probe = new Redis(this.url, {
-      lazyConnect: true,
-      retryStrategy: () => null,
-      maxRetriesPerRequest: 0,
-    });
-    probe.on('error', () => {});
-    try {
-      for (let i = 0; i < 100; i++) {
-        try {
-          await probe.connect();
-          if ((await probe.ping()) === 'PONG') return;
-        } catch {
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      }
-      throw new Error(`redis-server on ${this.port} did not start`);
-    } finally {
-      probe.disconnect();
-    }
-  }
-
-  async stop(): Promise<void> {
-    const child = this.#child;
-    if (!child || child.exitCode !== null) return;
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGTERM');
-    await exited;
-    this.#child = undefined;
-  }
-
-  async destroy(): Promise<void> {
-    await this.stop();
-    rmSync(this.dir, { recursive: true, force: true });
-  }
-}
+export { freePort } from '../helpers/ports.ts';
+// A private redis-server (AOF on) that a test may stop and start; never the shared one.
+export { PrivateRedis as OwnRedis } from '../helpers/redis-server.ts';

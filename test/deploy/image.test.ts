@@ -5,7 +5,7 @@ import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { buildImage, podman, type RoleContainer, runRole, uidsOf } from './podman.ts';
 
 /**

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /** The podman configuration the image is built and run with (see deploy/image/containers.conf). */

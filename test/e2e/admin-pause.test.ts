@@ -4,7 +4,8 @@ import { type Started, start } from '@spillway/router';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';
-import { type Spawned, spawnSpillway, waitFor } from '../helpers/spawn.ts';
+import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 /**
  * Pause/resume through the admin API reach every worker within 1 s: two `spillway start --role
@@ -107,7 +108,8 @@ describe('pause/resume across two workers', () => {
     const paused = await call('POST', `/v1/tenants/${tid}/pause`);
     expect(paused.body).toEqual({ id: tid, status: 'paused' });
     const pausedAt = Date.now();
-    await new Promise((r) => setTimeout(r, 2500));
+    // Deliberate window: deliveries must stop (the 1 s bound is measured from the arrivals' times).
+    await sleep(2500);
     const afterPause = arrivals.filter((a) => a.at > pausedAt);
     const lastArrival = Math.max(pausedAt, ...afterPause.map((a) => a.at));
     const pauseLatencyMs = lastArrival - pausedAt;

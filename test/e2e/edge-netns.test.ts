@@ -110,8 +110,12 @@ describe.skipIf(skipBpf)('edge: XDP allowlist and drop tracer in network namespa
   });
 
   it('an accept-queue overflow shows up in the drop tracer with its reason and a SYN-retry gap', async () => {
-    server?.kill('SIGKILL');
-    await new Promise((r) => setTimeout(r, 200));
+    // The stalled listener takes the same port: wait until the HTTP server is gone.
+    if (server && server.exitCode === null && server.signalCode === null) {
+      const gone = new Promise((r) => server!.once('exit', r));
+      server.kill('SIGKILL');
+      await gone;
+    }
     const stalled = await spawnReady(
       'ip',
       [

@@ -3,7 +3,8 @@ import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
-import { spawnSpillway, waitFor } from '../helpers/spawn.ts';
+import { spawnSpillway } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const redisUrl = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390';
 const brokers = (process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');

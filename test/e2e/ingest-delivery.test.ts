@@ -7,7 +7,7 @@ import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 /**
  * Provider webhooks through the whole router: `start('all')`, config through the admin API, a
@@ -111,8 +111,8 @@ describe('ingest → delivery (all roles in one process)', () => {
         'webhook-signature': String(hit.headers['webhook-signature']),
       }),
     ).not.toThrow();
-    // Only one delivery for the deduplicated pair (give a second one time to show up if it would).
-    await new Promise((r) => setTimeout(r, 500));
+    // Only one delivery for the deduplicated pair (deliberate pause: a second one would show up).
+    await sleep(500);
     expect(got.filter((g) => g.headers['webhook-id'] === delivery)).toHaveLength(1);
 
     // Deleting the source through the admin API reaches the ingest role's cache: 404 from then on.

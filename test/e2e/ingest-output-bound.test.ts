@@ -9,7 +9,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { probeUring } from '../../packages/ingest/src/backends/uring.ts';
 import { freePort } from '../conformance/support.ts';
 import { testEnv } from '../helpers/env.ts';
-import { type Spawned, spawnSpillway, waitFor } from '../helpers/spawn.ts';
+import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * Unsent output is bounded per connection (issue 15, "Unbounded output queue"). The attack: 16

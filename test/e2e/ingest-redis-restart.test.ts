@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { sign as githubSign } from '@octokit/webhooks-methods';
 import { ConfigStore, type Started, start } from '@spillway/router';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort, OwnRedis } from '../conformance/support.ts';
 import { testEnv } from '../helpers/env.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { PrivateRedis } from '../helpers/redis-server.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * The ingest role on the real router intake (BullMQ, group commit) against a private Redis that the
@@ -12,13 +12,13 @@ import { waitFor } from '../helpers/spawn.ts';
  * in the same process; and the events answered 202 are still there after the restart (AOF).
  */
 describe('ingest role across a Redis restart', () => {
-  let own: OwnRedis;
+  let own: PrivateRedis;
   let sp: Started;
   const tenant = `t-${randomBytes(3).toString('hex')}`;
   const sourceId = `gh-${randomBytes(3).toString('hex')}`;
 
   beforeAll(async () => {
-    own = new OwnRedis(await freePort());
+    own = new PrivateRedis();
     await own.start();
     sp = await start('ingest', testEnv({ SPILLWAY_REDIS_URL: own.url, SPILLWAY_INGEST_BACKEND: 'node' }));
     const store = new ConfigStore(sp.rt.redis, sp.rt.keys);

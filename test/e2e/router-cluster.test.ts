@@ -1,25 +1,16 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
+import type { ConfigStore, createRouterServices, Runtime } from '@spillway/router';
 import type { Tenant } from '@spillway/shared';
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PrivateRedisCluster } from '../helpers/router-cluster.ts';
+import { PrivateRedisCluster } from '../helpers/redis-server.ts';
 import {
-  createSpillTopic,
-  dropSpillTopic,
   makeEndpoint,
   makeEvent,
   makeTenant,
-  type Receiver,
-  routerRuntime,
-  startReceiver,
+  type RouterHarness,
+  routerHarness,
 } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * Spillway against a real 3-master Redis Cluster (`redis+cluster://`): one group commit mixes
@@ -27,28 +18,22 @@ import { waitFor } from '../helpers/spawn.ts';
  * intake and retry queues run under the hash-tagged prefix, pause/spill/drain and stats work.
  */
 let cluster: PrivateRedisCluster;
+let h: RouterHarness;
 let rt: Runtime;
-let worker: WorkerHandle;
 let services: ReturnType<typeof createRouterServices>;
 let store: ConfigStore;
-const receivers: Receiver[] = [];
+const cleanup: (() => Promise<void>)[] = [];
 
 beforeAll(async () => {
   cluster = new PrivateRedisCluster();
   await cluster.start();
-  rt = routerRuntime({ SPILLWAY_REDIS_URL: cluster.url, SPILLWAY_RETRY_SCHEDULE: '100ms' });
-  await createSpillTopic(rt);
-  store = new ConfigStore(rt.redis, rt.keys);
-  services = createRouterServices(rt);
-  worker = await createWorker(rt);
+  h = await routerHarness(cleanup, { SPILLWAY_REDIS_URL: cluster.url, SPILLWAY_RETRY_SCHEDULE: '100ms' });
+  ({ rt, services, store } = h);
+  await h.worker();
 }, 90_000);
 
 afterAll(async () => {
-  await worker?.close();
-  await services?.close();
-  for (const r of receivers) await r.close();
-  await rt?.close();
-  if (rt) await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
+  for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
   await cluster?.stop();
 });
 
@@ -56,15 +41,14 @@ describe('Redis Cluster', () => {
   it('intake, fan-out, retries, pause/spill/resume, dedup and stats work across slots', async () => {
     expect(rt.redis).toBeInstanceOf(Cluster);
     let failOnce = true;
-    const r = await startReceiver();
-    const flaky = await startReceiver(() => {
+    const r = await h.receiver();
+    const flaky = await h.receiver(() => {
       if (failOnce) {
         failOnce = false;
         return { status: 503 };
       }
       return { status: 200 };
     });
-    receivers.push(r, flaky);
     // Tenant ids chosen so their hash tags land on different cluster nodes.
     const tenants: Tenant[] = [];
     for (const id of ['acme', 'globex', 'initech', 'umbrella']) {

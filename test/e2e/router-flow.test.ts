@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { scrape } from '../helpers/router-metrics.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -98,8 +98,8 @@ describe('router flow', () => {
     await s.worker();
     await s.services.intake.submit(makeEvent(t.id, 'always-500'));
     await waitFor(async () => (await s.services.listDlq(t.id)).length === 1, 'the DLQ entry');
-    // Nothing more arrives after the last attempt.
-    await new Promise((res) => setTimeout(res, 1000));
+    // Deliberate pause: nothing more arrives after the last attempt.
+    await sleep(1000);
     expect(ids).toEqual(['always-500', 'always-500', 'always-500', 'always-500']);
     expect((await s.services.listDlq(t.id))[0]).toMatchObject({
       endpointId: ep.id,
@@ -110,7 +110,7 @@ describe('router flow', () => {
     healthy = true;
     expect(await s.services.replayDlq(t.id)).toBe(1);
     await waitFor(() => r.got.size === 1, 'the replayed delivery');
-    await new Promise((res) => setTimeout(res, 500));
+    await sleep(500); // deliberate: a second replayed delivery would show up here
     expect(ids).toHaveLength(5);
     expect(r.got.get('always-500')).toBe(1);
     expect(await s.services.listDlq(t.id)).toEqual([]);

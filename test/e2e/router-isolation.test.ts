@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -107,7 +107,7 @@ describe('isolation by structure: 50 tenants, one hanging, one flooding, 48 calm
           await s.services.intake.submit(makeEvent(t.id, id));
         }),
       );
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200); // pacing: calm traffic spread over ~2 s
     }
     await noise;
     await waitFor(() => [...sentAt.keys()].every((id) => arrived.has(id)), 'every calm event', 30_000).catch(

@@ -11,7 +11,8 @@ import {
   ROUTER_TEST_ENV,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
-import { type Spawned, spawnSpillway, waitFor } from '../helpers/spawn.ts';
+import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * Invariant 1 and 2 across kill -9: a worker child process is SIGKILLed twice mid-stream — first

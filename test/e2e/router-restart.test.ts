@@ -1,25 +1,8 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createRuntime,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
-import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import { testEnv } from '../helpers/env.ts';
-import {
-  createSpillTopic,
-  dropSpillTopic,
-  makeEndpoint,
-  makeEvent,
-  makeTenant,
-  ROUTER_TEST_ENV,
-  startReceiver,
-} from '../helpers/router-fixtures.ts';
-import { freePort, PrivateKafka, PrivateRedis } from '../helpers/router-services.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { PrivateKafka } from '../helpers/kafka-broker.ts';
+import { PrivateRedis } from '../helpers/redis-server.ts';
+import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -38,44 +21,34 @@ function sender(submit: (id: string) => Promise<unknown>, total: number) {
         if (x.status === 'fulfilled') accepted.push(ids[k]!);
         else rejected++;
       });
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20); // pacing: a steady stream, not one burst
     }
   })();
   return { accepted, done, rejected: () => rejected };
 }
 
 async function world(env: Record<string, string>) {
-  const rt: Runtime = createRuntime(loadConfig(testEnv({ ...ROUTER_TEST_ENV, ...env })));
-  await createSpillTopic(rt);
-  const store = new ConfigStore(rt.redis, rt.keys);
-  const services = createRouterServices(rt);
-  const r = await startReceiver(() => ({ status: 200, delayMs: 10 }));
-  let worker: WorkerHandle | undefined;
-  cleanup.push(async () => {
-    await worker?.close();
-    await services.close();
-    await r.close();
-    await rt.close();
-    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
-  });
-  const t = await makeTenant(store, { maxInFlight: 10, concurrency: 10 });
-  await makeEndpoint(store, t.id, r.url);
-  worker = await createWorker(rt);
-  return { rt, services, r, t, worker };
+  const h = await routerHarness(cleanup, env);
+  const r = await h.receiver(() => ({ status: 200, delayMs: 10 }));
+  const t = await makeTenant(h.store, { maxInFlight: 10, concurrency: 10 });
+  await makeEndpoint(h.store, t.id, r.url);
+  const worker = await h.worker();
+  return { services: h.services, r, t, worker };
 }
 
 describe('restarts of the backing services (no process restart)', () => {
   it('Redis (AOF) restarts mid-run: the worker recovers by itself and every accepted event is delivered', {
     timeout: 150_000,
   }, async () => {
-    const redis = new PrivateRedis(await freePort());
+    const redis = new PrivateRedis(0, { aof: 'always' });
     await redis.start();
-    cleanup.push(() => redis.stop());
+    cleanup.push(() => redis.destroy());
     const w = await world({ SPILLWAY_REDIS_URL: redis.url });
     const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1200);
     await waitFor(() => w.r.got.size >= 200, 'deliveries before the restart', 60_000);
     await redis.stop();
-    await new Promise((res) => setTimeout(res, 1500));
+    // Redis stays down until the intake has refused submissions (503 while down).
+    await waitFor(() => s.rejected() > 0, 'a submission refused while Redis is down', 30_000);
     await redis.start();
     await s.done;
     await waitFor(
@@ -94,9 +67,9 @@ describe('restarts of the backing services (no process restart)', () => {
   it('the Kafka broker restarts while tasks are spilled: the worker recovers by itself and every accepted event is delivered', {
     timeout: 240_000,
   }, async () => {
-    const kafka = new PrivateKafka(await freePort(), await freePort());
+    const kafka = new PrivateKafka();
     await kafka.start();
-    cleanup.push(() => kafka.stop());
+    cleanup.push(() => kafka.destroy());
     const w = await world({ SPILLWAY_KAFKA_BROKERS: kafka.brokers });
     const s = sender((id) => w.services.intake.submit(makeEvent(w.t.id, id)), 1000);
     await waitFor(
@@ -105,7 +78,13 @@ describe('restarts of the backing services (no process restart)', () => {
       60_000,
     );
     await kafka.stop();
-    await new Promise((res) => setTimeout(res, 2000));
+    // The broker stays down while 100 more events are accepted: they must wait for it to return.
+    const acceptedAtStop = s.accepted.length;
+    await waitFor(
+      () => s.accepted.length >= Math.min(1000, acceptedAtStop + 100),
+      'events accepted while the broker is down',
+      30_000,
+    );
     await kafka.start();
     await s.done;
     await waitFor(

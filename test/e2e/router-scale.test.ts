@@ -1,24 +1,6 @@
-import {
-  ConfigStore,
-  createRouterServices,
-  createRuntime,
-  createWorker,
-  type Runtime,
-  type WorkerHandle,
-} from '@spillway/router';
-import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import { testEnv } from '../helpers/env.ts';
-import {
-  createSpillTopic,
-  dropSpillTopic,
-  makeEndpoint,
-  makeEvent,
-  makeTenant,
-  ROUTER_TEST_ENV,
-  startReceiver,
-} from '../helpers/router-fixtures.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -29,27 +11,15 @@ describe('several workers', () => {
   it('two workers share intake jobs and spill partitions; a third joins and leaves mid-stream; nothing is lost', {
     timeout: 120_000,
   }, async () => {
-    const config = loadConfig(testEnv(ROUTER_TEST_ENV));
+    const h = await routerHarness(cleanup);
     // One runtime per worker: separate connections, worker ids and Kafka group members, as separate processes would have.
-    const rts: Runtime[] = [createRuntime(config), createRuntime(config), createRuntime(config)];
-    const [rt0, rt1, rt2] = rts as [Runtime, Runtime, Runtime];
-    await createSpillTopic(rt0);
-    const store = new ConfigStore(rt0.redis, rt0.keys);
-    const services = createRouterServices(rt0);
-    const r = await startReceiver(() => ({ status: 200, delayMs: 10 }));
-    const workers: WorkerHandle[] = [];
-    cleanup.push(async () => {
-      for (const w of workers) await w.close();
-      await services.close();
-      await r.close();
-      for (const rt of rts) await rt.close();
-      await dropSpillTopic(config.kafkaBrokers, config.spillTopic);
-    });
+    const [rt1, rt2] = [h.runtime(), h.runtime()];
+    const { store, services } = h;
+    const r = await h.receiver(() => ({ status: 200, delayMs: 10 }));
     const t = await makeTenant(store, { maxInFlight: 10, concurrency: 10 });
     await makeEndpoint(store, t.id, r.url);
-    const w0 = await createWorker(rt0);
-    const w1 = await createWorker(rt1);
-    workers.push(w0, w1);
+    const w0 = await h.worker();
+    const w1 = await h.worker(rt1);
 
     const ids = Array.from({ length: 1500 }, (_, i) => `w${i}`);
     const submit = async (from: number, to: number) => {
@@ -59,13 +29,11 @@ describe('several workers', () => {
         );
     };
     await submit(0, 500);
-    const w2 = await createWorker(rt2);
-    workers.push(w2);
+    const w2 = await h.worker(rt2);
     await submit(500, 1000);
     await waitFor(() => r.got.size >= 700, 'progress with three workers', 60_000);
     // The third leaves gracefully mid-stream: its jobs finish or hand their tasks off first.
-    await w2.close();
-    workers.splice(workers.indexOf(w2), 1);
+    await h.stopWorker(w2);
     await submit(1000, 1500);
     await waitFor(() => ids.every((id) => r.got.has(id)), 'every id delivered', 90_000, 100);
 

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { scrape } from '../helpers/router-metrics.ts';
-import { waitFor } from '../helpers/spawn.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 /**
  * GET .../stats numbers mean "now" (spilled = backlog in Kafka, retrying = waiting in retry jobs)

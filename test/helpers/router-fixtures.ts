@@ -11,8 +11,8 @@ import {
   type WorkerHandle,
 } from '@spillway/router';
 import type { Endpoint, SpillwayEvent, Tenant, TenantLimits } from '@spillway/shared';
-import { Kafka, logLevel } from 'kafkajs';
 import { testConfig } from './env.ts';
+import { withKafkaAdmin } from './kafka-broker.ts';
 
 /** A receiver on 127.0.0.1:0 that counts every webhook-id it got (duplicates counted). */
 export interface Receiver {
@@ -117,15 +117,9 @@ export async function createSpillTopic(rt: Runtime, partitions?: number): Promis
 
 /** Deletes the per-test spill topic (best effort). */
 export async function dropSpillTopic(brokers: string[], topic: string): Promise<void> {
-  const admin = new Kafka({ clientId: 'router-test-cleanup', brokers, logLevel: logLevel.NOTHING }).admin();
-  try {
-    await admin.connect();
-    await admin.deleteTopics({ topics: [topic], timeout: 5000 });
-  } catch {
-    // best effort
-  } finally {
-    await admin.disconnect().catch(() => {});
-  }
+  await withKafkaAdmin(brokers, 'router-test-cleanup', (admin) =>
+    admin.deleteTopics({ topics: [topic], timeout: 5000 }),
+  ).catch(() => {}); // best effort
 }
 
 /** One router under test: runtime, spill topic, config store, services, and workers/receivers on demand. */
@@ -133,7 +127,13 @@ export interface RouterHarness {
   rt: Runtime;
   store: ConfigStore;
   services: ReturnType<typeof createRouterServices>;
-  worker(): Promise<WorkerHandle>;
+  /**
+   * Another runtime on the same config: its own connections, worker id and Kafka group member, as
+   * a separate process would have.
+   */
+  runtime(): Runtime;
+  /** A worker on `on` (the harness's runtime when omitted). */
+  worker(on?: Runtime): Promise<WorkerHandle>;
   stopWorker(w: WorkerHandle): Promise<void>;
   receiver(behave?: Receiver['behave']): Promise<Receiver>;
 }
@@ -153,10 +153,12 @@ export async function routerHarness(
   const services = createRouterServices(rt);
   const workers = new Set<WorkerHandle>();
   const receivers: Receiver[] = [];
+  const runtimes: Runtime[] = [];
   cleanup.push(async () => {
     for (const w of workers) await w.close();
     for (const r of receivers) await r.close();
     await services.close();
+    for (const other of runtimes) await other.close();
     await rt.close();
     await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
   });
@@ -164,8 +166,13 @@ export async function routerHarness(
     rt,
     store,
     services,
-    async worker() {
-      const w = await createWorker(rt);
+    runtime() {
+      const other = createRuntime(rt.config);
+      runtimes.push(other);
+      return other;
+    },
+    async worker(on = rt) {
+      const w = await createWorker(on);
       workers.add(w);
       return w;
     },

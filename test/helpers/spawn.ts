@@ -27,19 +27,3 @@ export function spawnSpillway(args: string[], env: Record<string, string>): Spaw
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return { child, stdout: () => out, stderr: () => err, exited };
 }
-
-/** Waits until `pred` is truthy, polling; throws with `what` after `timeoutMs`. */
-export async function waitFor<T>(
-  pred: () => T | Promise<T>,
-  what: string,
-  timeoutMs = 20_000,
-  everyMs = 50,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await pred();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}

@@ -8,7 +8,9 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort, type Proc, run, runToEnd, sleep, until } from '../bench/lib/procs.ts';
+import { type Proc, run, runToEnd } from '../bench/lib/procs.ts';
+import { freePort } from '../helpers/ports.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 const KAFKA_DIR = fileURLToPath(new URL('../../infra/local/kafka/', import.meta.url));
 const LIB = join(KAFKA_DIR, 'target/lib');
@@ -128,7 +130,7 @@ export class LabKafka {
       'kafka.Kafka',
       join(b.dir, 'server.properties'),
     ]);
-    await until(
+    await waitFor(
       async () => {
         if (b.proc!.child.exitCode !== null)
           throw new Error(`broker ${b.id} exited: ${b.proc!.out().slice(-800)}`);
@@ -226,12 +228,17 @@ export class LabRedisCluster {
       '--maxmemory-policy',
       'noeviction',
     ]);
-    await until(async () => (await cli(n.port, 'ping')).out.includes('PONG'), `redis ${n.port}`, 20_000, 100);
+    await waitFor(
+      async () => (await cli(n.port, 'ping')).out.includes('PONG'),
+      `redis ${n.port}`,
+      20_000,
+      100,
+    );
   }
 
   /** Waits until the cluster is ok with `masters` masters, each with a connected replica. */
   async waitHealthy(masters = 3, timeoutMs = 60_000): Promise<void> {
-    await until(
+    await waitFor(
       async () => {
         for (const n of this.nodes) {
           if (!alive(n)) continue;

@@ -7,9 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Source } from '@spillway/shared';
-import { Agent, request } from 'undici';
-import { sleep } from '../bench/lib/procs.ts';
-import { eventBody, signGithub } from '../bench/lib/spillway.ts';
+import { LoadGen } from '../chaos/lib/load.ts';
 
 export interface Second {
   sent: number;
@@ -18,26 +16,16 @@ export interface Second {
   errors: number;
 }
 
-export class Load {
-  readonly tag: string;
-  readonly accepted = new Set<string>();
+/** The chaos runs' LoadGen (512-byte bodies), with every answer also counted per second of the run. */
+export class Load extends LoadGen {
   readonly seconds: Second[] = [];
   readonly t0 = performance.now();
-  sent = 0;
   s503 = 0;
+  /** Answers neither 2xx nor 503, and requests that got no answer. */
   errors = 0;
-  #stop = false;
-  #loop: Promise<void> | undefined;
-  readonly #pending = new Set<Promise<void>>();
-  readonly #agent = new Agent({ connections: 64, headersTimeout: 15_000, bodyTimeout: 15_000 });
-
-  readonly port: number;
-  readonly source: Source;
 
   constructor(port: number, source: Source, label: string) {
-    this.port = port;
-    this.source = source;
-    this.tag = `${label}-${randomBytes(2).toString('hex')}`;
+    super(() => port, source, 512, `${label}-${randomBytes(2).toString('hex')}`);
   }
 
   /** Seconds since this load was created. */
@@ -51,66 +39,32 @@ export class Load {
     return this.seconds[s]!;
   }
 
-  async #one(): Promise<void> {
-    const id = `${this.tag}-${++this.sent}`;
-    const body = eventBody(512);
+  protected override onSent(): void {
     this.#bucket().sent++;
-    try {
-      const res = await request(`http://127.0.0.1:${this.port}/ingest/${this.source.id}`, {
-        method: 'POST',
-        dispatcher: this.#agent,
-        body,
-        headers: {
-          'content-type': 'application/json',
-          'x-github-event': 'push',
-          'x-github-delivery': id,
-          'x-hub-signature-256': signGithub(this.source.secret, body),
-        },
-      });
-      await res.body.dump();
-      const b = this.#bucket();
-      if (res.statusCode >= 200 && res.statusCode < 300) {
-        this.accepted.add(id);
-        b.accepted++;
-      } else if (res.statusCode === 503) {
-        this.s503++;
-        b.s503++;
-      } else {
-        this.errors++;
-        b.errors++;
-      }
-    } catch {
+  }
+
+  protected override onAnswer(key: string, accepted: boolean): void {
+    const b = this.#bucket();
+    if (accepted) b.accepted++;
+    else if (key === '503') {
+      this.s503++;
+      b.s503++;
+    } else {
       this.errors++;
-      this.#bucket().errors++;
+      b.errors++;
     }
   }
 
-  /** Sends `perSecond` requests/s (10 ms ticks) until stop(), at most `maxMs`, ≤ 2 000 in flight. */
-  start(perSecond: number, maxMs = 900_000): void {
-    this.#loop = (async () => {
-      const t0 = performance.now();
-      let done = 0;
-      for (let i = 0; i < 10_000_000 && !this.#stop; i++) {
-        const elapsed = performance.now() - t0;
-        if (elapsed > maxMs) break;
-        const due = Math.floor((elapsed / 1000) * perSecond) - done;
-        for (let j = 0; j < due && this.#pending.size < 2000; j++) {
-          const p = this.#one().finally(() => this.#pending.delete(p));
-          this.#pending.add(p);
-        }
-        done += due;
-        await sleep(10);
-      }
-    })();
+  /** Sends `perSecond` requests/s until stop(), at most 15 minutes. */
+  override start(perSecond: number, maxMs = 900_000): void {
+    super.start(perSecond, maxMs);
   }
 
-  async stop(): Promise<void> {
-    this.#stop = true;
-    await this.#loop;
-    await Promise.all(this.#pending);
-    await this.#agent.close();
+  /** Stops sending, waits for the answers, and closes the connections. */
+  override async stop(): Promise<void> {
+    await super.stop();
+    await this.close();
   }
-
   /**
    * Seconds from `fromSecond` until acceptance is back: the first second from which three in a row
    * accept at least 90 % of what was sent in them. Undefined if it never came back.

@@ -14,9 +14,11 @@ import { fileURLToPath } from 'node:url';
 import { createKeys, type Source } from '@spillway/shared';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
-import { freePort, sleep, until } from '../bench/lib/procs.ts';
 import { type Sink, startSink } from '../bench/lib/sink.ts';
 import { type RoleProc, SpillwayCluster } from '../bench/lib/spillway.ts';
+import { withKafkaAdmin } from '../helpers/kafka-broker.ts';
+import { freePort } from '../helpers/ports.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 import { LabKafka, LabRedisCluster } from './cluster.ts';
 import { Load } from './load.ts';
 
@@ -124,7 +126,7 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
   try {
     // Right after the cluster forms, a broker may not know the new topic's partitions yet
     // ("does not host this topic-partition"): create without waiting, then poll for leaders.
-    await until(
+    await waitFor(
       async () =>
         admin
           .createTopics({
@@ -147,7 +149,7 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
       60_000,
       500,
     );
-    await until(
+    await waitFor(
       async () => {
         const md = await admin.fetchTopicMetadata({ topics: [topic] }).catch(() => undefined);
         const parts = md?.topics[0]?.partitions ?? [];
@@ -167,13 +169,7 @@ async function createSpillTopic(brokers: string, topic: string): Promise<void> {
  * prefix: tells "still in Kafka, not drained" from "never reached Kafka" when events are missing.
  */
 async function spillLag(brokers: string, topic: string, prefix: string): Promise<string> {
-  const admin = new Kafka({
-    clientId: 'spw-lab',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  return withKafkaAdmin(brokers, 'spw-lab', async (admin) => {
     const ends = await admin.fetchTopicOffsets(topic);
     const groups = (await admin.listGroups()).groups.map((g) => g.groupId).filter((g) => g.includes(prefix));
     const parts: string[] = [];
@@ -186,9 +182,7 @@ async function spillLag(brokers: string, topic: string, prefix: string): Promise
       parts.push(`${g} lag ${lag.join(' ')}`);
     }
     return parts.join('; ');
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 export interface WaitCost {
@@ -247,20 +241,12 @@ async function waitCost(redis: LabRedisCluster, tag: string, samples = 400): Pro
 
 /** The broker leading the most partitions of the spill topic (the one whose loss hurts most). */
 async function busiestBroker(brokers: string, topic: string): Promise<number> {
-  const admin = new Kafka({
-    clientId: 'spw-lab',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  return withKafkaAdmin(brokers, 'spw-lab', async (admin) => {
     const md = await admin.fetchTopicMetadata({ topics: [topic] });
     const count = new Map<number, number>();
     for (const p of md.topics[0]!.partitions) count.set(p.leader, (count.get(p.leader) ?? 0) + 1);
     return [...count].sort((a, b) => b[1] - a[1])[0]![0];
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 async function main(): Promise<number> {
@@ -354,7 +340,7 @@ async function main(): Promise<number> {
         const replica = before.find((r) => r.masterPort === victim.port)?.port;
         log(`${fault}: kill -9 the master of the intake slot (port ${victim.port}; replica ${replica})`);
         await victim.proc!.kill9();
-        const promoted = await until(
+        const promoted = await waitFor(
           async () => (await redis.roles()).find((r) => r.port === replica && r.role === 'master'),
           'replica promotion',
           60_000,
@@ -432,7 +418,7 @@ async function main(): Promise<number> {
         await c.endpoint('acme', `ep-${tag}`, sink.url('ok', tag));
         const load = new Load(ingestPort, gh, tag);
         load.start(1000);
-        await until(() => load.sent >= n, 'scale events sent', 120_000, 100);
+        await waitFor(() => load.sent >= n, 'scale events sent', 120_000, 100);
         await load.stop();
         // Workers start in parallel; the rate and CPU are measured from the moment all are ready
         // (what one drained before the others were up is left out).
@@ -440,7 +426,7 @@ async function main(): Promise<number> {
         const t0 = performance.timeOrigin + performance.now();
         const d0 = (await sink.stats(tag)).unique;
         const cpu0 = started.reduce((a, w) => a + cpuMs(w.proc.pid), 0);
-        await until(
+        await waitFor(
           async () => (await snk.stats(tag)).unique >= load.accepted.size,
           `${tag} drained`,
           300_000,

@@ -1,43 +1,14 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import net from 'node:net';
-import { createKeys, createLogger, createRedis, type RedisClient, VERSION } from '@spillway/shared';
+import { VERSION } from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
-import { Dispatcher, type DispatcherOptions } from '../src/index.ts';
-import { endpoint, percentile, type Receiver, receiver, task, tenant } from './helpers.ts';
+import { waitFor } from '../../../test/helpers/wait.ts';
+import { dispatcherFixtures, endpoint, percentile, task, tenant } from './helpers.ts';
 
 const config = testConfig({ SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32' });
-let redis: RedisClient;
-const receivers: Receiver[] = [];
-const dispatchers: Dispatcher[] = [];
-
-beforeAll(() => {
-  redis = createRedis(config.redis);
-});
-afterAll(() => redis.disconnect());
-afterEach(async () => {
-  for (const d of dispatchers.splice(0)) await d.close();
-  for (const r of receivers.splice(0)) await r.close();
-});
-
-function dispatcher(extra: Partial<DispatcherOptions> = {}): Dispatcher {
-  const d = new Dispatcher({
-    redis,
-    keys: createKeys(config.prefix),
-    logger: createLogger('silent'),
-    allowCidrs: [...config.targetAllowCidrs],
-    ...extra,
-  });
-  dispatchers.push(d);
-  return d;
-}
-
-async function rx(handler?: Parameters<typeof receiver>[0]): Promise<Receiver> {
-  const r = await receiver(handler);
-  receivers.push(r);
-  return r;
-}
+const { dispatcher, receiver: rx } = dispatcherFixtures(config);
 
 describe('Dispatcher: one attempt', () => {
   it('sends the contract headers, a verifiable signature, and the same webhook-id on every attempt', async () => {
@@ -146,12 +117,16 @@ describe('Dispatcher: endpoint breaker', () => {
     expect(r.requests.length).toBe(seen);
     expect(d.inFlight('brk')).toBe(0);
 
-    await new Promise((res) => setTimeout(res, 500));
-    expect(d.breakerState('brk', 'e1')).toBe('half-open');
+    await waitFor(() => d.breakerState('brk', 'e1') === 'half-open', 'the breaker to half-open', 5_000, 20);
     // A failing probe re-opens it.
     expect((await d.dispatch(task('brk', 'e1'), t, ep)).kind).toBe('retry');
     expect(d.breakerState('brk', 'e1')).toBe('open');
-    await new Promise((res) => setTimeout(res, 500));
+    await waitFor(
+      () => d.breakerState('brk', 'e1') === 'half-open',
+      'the breaker to half-open again',
+      5_000,
+      20,
+    );
     failing = false;
     expect((await d.dispatch(task('brk', 'e1'), t, ep)).kind).toBe('delivered');
     expect(d.breakerState('brk', 'e1')).toBe('closed');

@@ -1,7 +1,17 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Endpoint, SpillwayEvent, Tenant } from '@spillway/shared';
-import type { DeliveryTask } from '../src/index.ts';
+import {
+  type Config,
+  createKeys,
+  createLogger,
+  createRedis,
+  type Endpoint,
+  type RedisClient,
+  type SpillwayEvent,
+  type Tenant,
+} from '@spillway/shared';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { type DeliveryTask, Dispatcher, type DispatcherOptions } from '../src/index.ts';
 
 /** A real receiver on loopback, recording what it got and answering with `handler`. */
 export interface Receiver {
@@ -107,4 +117,42 @@ export function task(
 export function percentile(values: number[], p: number): number {
   const s = [...values].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+}
+
+/**
+ * Registers the hooks of a file of dispatcher tests: one Redis connection for the file, and the
+ * dispatchers and receivers each test makes through the returned functions closed after it.
+ */
+export function dispatcherFixtures(config: Readonly<Config>) {
+  let redis: RedisClient;
+  const receivers: Receiver[] = [];
+  const dispatchers: Dispatcher[] = [];
+  beforeAll(() => {
+    redis = createRedis(config.redis);
+  });
+  afterAll(() => redis.disconnect());
+  afterEach(async () => {
+    for (const d of dispatchers.splice(0)) await d.close();
+    for (const r of receivers.splice(0)) await r.close();
+  });
+  return {
+    redis: () => redis,
+    /** A Dispatcher on the file's Redis and the config's prefix and allowlist (`extra` overrides). */
+    dispatcher(extra: Partial<DispatcherOptions> = {}): Dispatcher {
+      const d = new Dispatcher({
+        redis,
+        keys: createKeys(config.prefix),
+        logger: createLogger('silent'),
+        allowCidrs: [...config.targetAllowCidrs],
+        ...extra,
+      });
+      dispatchers.push(d);
+      return d;
+    },
+    async receiver(...args: Parameters<typeof receiver>): Promise<Receiver> {
+      const r = await receiver(...args);
+      receivers.push(r);
+      return r;
+    },
+  };
 }

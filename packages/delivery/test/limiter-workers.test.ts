@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { createKeys } from '@spillway/shared';
 import { describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
+import { waitFor } from '../../../test/helpers/wait.ts';
 
 const WORKER = fileURLToPath(new URL('./fixtures/lease-worker.ts', import.meta.url));
 
@@ -47,8 +48,8 @@ describe('LeasedLimiter across 3 worker processes', () => {
       const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
       return { child, exited, out: () => stdout, err: () => stderr };
     });
-    // Let each process load and connect, then start all three together.
-    await new Promise((r) => setTimeout(r, 1_500));
+    // Wait until each process has loaded and connected, then start all three together.
+    await waitFor(() => children.every((c) => c.err().includes('ready')), 'every worker connected', 30_000);
     const t0 = Date.now();
     for (const c of children) c.child.stdin.end('GO\n');
     const codes = await Promise.all(children.map((c) => c.exited));

@@ -1,8 +1,9 @@
 import { createKeys, createLogger, createRedis, loadConfig, type RedisClient } from '@spillway/shared';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
+import { type PrivateRedis, startPrivateRedis } from '../../../test/helpers/redis-server.ts';
+import { sleep, waitFor } from '../../../test/helpers/wait.ts';
 import { LeasedLimiter, type LeasedLimiterOptions, type LeaseRecord } from '../src/index.ts';
-import { type OwnRedis, ownRedis } from './redis-server.ts';
 
 const config = testConfig();
 const keys = createKeys(config.prefix);
@@ -10,7 +11,6 @@ let redis: RedisClient;
 const limiters: LeasedLimiter[] = [];
 let n = 0;
 const key = () => keys.rate('lim', `k${++n}`);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 beforeAll(() => {
   redis = createRedis(config.redis);
@@ -61,7 +61,7 @@ describe('LeasedLimiter', () => {
     // bigger lease (the lease covers ~100 ms of the observed rate).
     for (let i = 0; i < 4; i++) {
       await l.acquire(k, { perSecond: 20, burst: 20 });
-      await sleep(200);
+      await sleep(200); // pacing: the caller is slow on purpose
     }
     expect(Math.max(...leases.map((x) => x.want))).toBeLessThanOrEqual(2);
     expect(l.outstanding(k)).toBeLessThanOrEqual(2);
@@ -104,13 +104,13 @@ describe('LeasedLimiter', () => {
 });
 
 describe('LeasedLimiter when Redis goes away', () => {
-  let own: OwnRedis;
+  let own: PrivateRedis;
   let client: RedisClient;
   beforeAll(async () => {
-    own = await ownRedis();
+    own = await startPrivateRedis();
   });
   afterAll(async () => {
-    await own.cleanup();
+    await own.destroy();
   });
   afterEach(() => client?.disconnect());
 
@@ -129,11 +129,12 @@ describe('LeasedLimiter when Redis goes away', () => {
     const k = key();
     const rate = { perSecond: 50, burst: 5 };
     await l.acquire(k, rate);
-    await own.stop();
-    await sleep(50);
+    await own.kill();
+    await waitFor(() => c.status !== 'ready', 'the client to see Redis gone', 5_000, 10);
     // Drain anything leased before the stop, then ask for more than that.
     let served = 0;
     const waits = Array.from({ length: 20 }, () => l.acquire(k, rate).then(() => served++));
+    // Deliberate pauses: they prove callers are NOT served while Redis is down (fail-closed).
     await sleep(400);
     const servedWhileDown = served;
     await sleep(800);
@@ -153,8 +154,8 @@ describe('LeasedLimiter when Redis goes away', () => {
     const k = key();
     const rate = { perSecond: 40, burst: 4 };
     await l.acquire(k, rate);
-    await own.stop();
-    await sleep(50);
+    await own.kill();
+    await waitFor(() => c.status !== 'ready', 'the client to see Redis gone', 5_000, 10);
     const t0 = Date.now();
     // 20 tokens at 40 ÷ 2 = 20/s locally: about a second, not "never" and not "at once".
     await Promise.all(Array.from({ length: 20 }, () => l.acquire(k, rate)));

@@ -1,9 +1,8 @@
 import dns from 'node:dns';
-import { createKeys, createLogger, createRedis, type RedisClient } from '@spillway/shared';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
-import { Dispatcher, guardedLookup, isForbiddenAddress, type LookupFn } from '../src/index.ts';
-import { endpoint, type Receiver, receiver, task, tenant } from './helpers.ts';
+import { guardedLookup, isForbiddenAddress, type LookupFn } from '../src/index.ts';
+import { dispatcherFixtures, endpoint, task, tenant } from './helpers.ts';
 
 describe('isForbiddenAddress', () => {
   const table: [string, string[], boolean][] = [
@@ -67,19 +66,7 @@ describe('guardedLookup', () => {
 });
 
 describe('SSRF guard in the connector', () => {
-  let redis: RedisClient;
-  const receivers: Receiver[] = [];
-  const dispatchers: Dispatcher[] = [];
-  const config = testConfig();
-
-  beforeAll(() => {
-    redis = createRedis(config.redis);
-  });
-  afterAll(() => redis.disconnect());
-  afterEach(async () => {
-    for (const d of dispatchers.splice(0)) await d.close();
-    for (const r of receivers.splice(0)) await r.close();
-  });
+  const f = dispatcherFixtures(testConfig());
 
   // `evil.test` resolves (through the injected lookup, as a hostile DNS would) to 127.0.0.9.
   const hostileDns = ((
@@ -94,23 +81,12 @@ describe('SSRF guard in the connector', () => {
     return dns.lookup(host, opts, cb as never);
   }) as unknown as LookupFn;
 
-  function dispatcher(): Dispatcher {
-    const d = new Dispatcher({
-      redis,
-      keys: createKeys(config.prefix),
-      logger: createLogger('silent'),
-      allowCidrs: ['127.0.0.1/32'],
-      lookup: hostileDns,
-    });
-    dispatchers.push(d);
-    return d;
-  }
+  const dispatcher = () => f.dispatcher({ allowCidrs: ['127.0.0.1/32'], lookup: hostileDns });
 
   it('refuses 127.0.0.9, [::1] and a name resolving to a refused address; their listeners receive nothing', async () => {
-    const r9 = await receiver(undefined, '127.0.0.9');
-    const r6 = await receiver(undefined, '::1');
-    const rEvil = await receiver(undefined, '127.0.0.9');
-    receivers.push(r9, r6, rEvil);
+    const r9 = await f.receiver(undefined, '127.0.0.9');
+    const r6 = await f.receiver(undefined, '::1');
+    const rEvil = await f.receiver(undefined, '127.0.0.9');
     const d = dispatcher();
     const t = tenant('ssrf');
     const targets = [r9.url, r6.url, `http://evil.test:${rEvil.port}/hook`];
@@ -124,8 +100,7 @@ describe('SSRF guard in the connector', () => {
   });
 
   it('delivers to an allowlisted address, by literal and by name', async () => {
-    const ok = await receiver();
-    receivers.push(ok);
+    const ok = await f.receiver();
     const d = dispatcher();
     const t = tenant('ssrf2');
     expect((await d.dispatch(task('ssrf2', 'a'), t, endpoint('ssrf2', 'a', ok.url))).kind).toBe('delivered');

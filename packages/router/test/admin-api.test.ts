@@ -4,7 +4,7 @@ import type { createKeys } from '@spillway/shared';
 import { Ajv } from 'ajv';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type StartedRouter, startRouter } from './started.ts';
+import { type StartedRouter, startRouter } from '../../../test/helpers/router-started.ts';
 
 /** The admin API through real HTTP on a real `start('admin')` against the suite's Redis and Kafka. */
 let env: Record<string, string>;

@@ -1,17 +1,14 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type Started, start } from '@spillway/router/testing';
 import type { createKeys } from '@spillway/shared';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
-import { waitFor } from '../../../test/helpers/spawn.ts';
-import { type StartedRouter, startRouter } from './started.ts';
+import { type PrivateRedis, startPrivateRedis } from '../../../test/helpers/redis-server.ts';
+import { type StartedRouter, startRouter } from '../../../test/helpers/router-started.ts';
+import { waitFor } from '../../../test/helpers/wait.ts';
 
 /**
  * Events, DLQ and stats routes against a real `start('all')` (admin + worker + ingest in one
@@ -224,49 +221,16 @@ describe('dead letters and stats', () => {
 });
 
 describe('storage down', () => {
-  let redisProc: ChildProcess | undefined;
+  let ownRedis: PrivateRedis | undefined;
   let own: Started | undefined;
   afterAll(async () => {
     await own?.close();
-    redisProc?.kill('SIGKILL');
+    await ownRedis?.destroy();
   });
 
   it('events POST answers 503 with Retry-After (never 2xx) when Redis is gone', async () => {
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
-    const dir = mkdtempSync(join(tmpdir(), 'spw-redis-'));
-    redisProc = spawn(
-      'redis-server',
-      [
-        '--port',
-        String(port),
-        '--bind',
-        '127.0.0.1',
-        '--dir',
-        dir,
-        '--appendonly',
-        'yes',
-        '--save',
-        '',
-        '--maxmemory-policy',
-        'noeviction',
-      ],
-      {
-        stdio: 'ignore',
-      },
-    );
-    const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
-    await waitFor(
-      async () =>
-        probe.connect().then(
-          () => true,
-          () => false,
-        ),
-      'own redis-server',
-      10_000,
-      100,
-    );
-    probe.disconnect();
-    const e = testEnv({ SPILLWAY_REDIS_URL: `redis://127.0.0.1:${port}` });
+    ownRedis = await startPrivateRedis();
+    const e = testEnv({ SPILLWAY_REDIS_URL: ownRedis.url });
     own = await start('admin', e);
     const url = `http://127.0.0.1:${own.adminPort}`;
     const h = { authorization: `Bearer ${e.SPILLWAY_ADMIN_TOKEN}`, 'content-type': 'application/json' };
@@ -275,8 +239,7 @@ describe('storage down', () => {
         .status,
     ).toBe(201);
 
-    redisProc.kill('SIGKILL');
-    await new Promise((r) => redisProc!.once('exit', r));
+    await ownRedis.kill();
     const res = await fetch(`${url}/v1/tenants/acme/events`, {
       method: 'POST',
       headers: h,

@@ -3,7 +3,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
-import { type Spawned, spawnSpillway, waitFor } from '../../../test/helpers/spawn.ts';
+import { type Spawned, spawnSpillway } from '../../../test/helpers/spawn.ts';
+import { waitFor } from '../../../test/helpers/wait.ts';
 
 /**
  * The `spillway` operator CLI as a subprocess against a live `spillway start` (also a subprocess):

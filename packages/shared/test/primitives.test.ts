@@ -10,6 +10,7 @@ import {
   withTimeout,
 } from '@spillway/shared';
 import { describe, expect, it } from 'vitest';
+import { sleep, waitFor } from '../../../test/helpers/wait.ts';
 
 describe('retryForever', () => {
   it('tries until the work succeeds, with capped doubling pauses', async () => {
@@ -69,7 +70,7 @@ describe('BatchedWriter', () => {
       w.schedule();
     }
     expect(writes).toEqual([]);
-    await new Promise((r) => setTimeout(r, 60));
+    await waitFor(() => writes.length > 0, 'the flush timer', 5_000, 5);
     expect(writes).toEqual([[1, 2, 3]]);
     buf.push(4);
     await w.flush();
@@ -93,7 +94,7 @@ describe('BatchedWriter', () => {
       write: async (b) => {
         running++;
         maxRunning = Math.max(maxRunning, running);
-        await new Promise((r) => setTimeout(r, 10));
+        await sleep(10); // a write that takes a while, so others can arrive meanwhile
         running--;
         writes.push(b);
         if (fail) {
@@ -105,7 +106,7 @@ describe('BatchedWriter', () => {
     buf.push(1);
     const first = w.flush();
     expect(w.busy).toBe(true);
-    await new Promise((r) => setTimeout(r, 2)); // the first write is running now
+    await waitFor(() => running === 1, 'the first write to run', 5_000, 1);
     buf.push(2, 3);
     const second = w.flush(); // the running loop takes these next
     await first;

@@ -7,7 +7,8 @@
 
 import { createKeys } from '@spillway/shared';
 import { Queue } from 'bullmq';
-import { rssOf, rssSampler, sleep, until } from '../lib/procs.ts';
+import { sleep, waitFor } from '../../helpers/wait.ts';
+import { rssOf, rssSampler } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import { openIntake, SpillwayCluster, tenantCounters } from '../lib/spillway.ts';
@@ -64,7 +65,7 @@ async function oneRound(
     );
     const spillDeadline = quick ? 120_000 : 360_000;
     let spilledAll = true;
-    await until(
+    await waitFor(
       async () => {
         if (w.proc.child.exitCode !== null)
           throw new Error(`worker exited ${w.proc.child.exitCode} while spilling`);
@@ -102,7 +103,7 @@ async function oneRound(
 
     await c.store.updateTenant('big', (t) => ({ ...t, status: 'active' }));
     const d0 = performance.now();
-    await until(async () => (await sink.stats(tag)).count > 0, 'the first drained delivery', 30_000).catch(
+    await waitFor(async () => (await sink.stats(tag)).count > 0, 'the first drained delivery', 30_000).catch(
       () => {},
     );
     const first = (await sink.stats(tag)).count;

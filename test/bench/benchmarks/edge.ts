@@ -9,7 +9,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildBpf, LOADER, ownedId, run, spawnReady } from '../../../bpf/test/harness.ts';
-import { sleep } from '../lib/procs.ts';
+import { sleep } from '../../helpers/wait.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { perRound, roundsCell, spread, worstOf } from '../lib/spread.ts';
 import type { Benchmark } from './types.ts';

@@ -9,7 +9,8 @@ import { randomBytes } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
-import { cpuMicrosOf, forkTs, until } from '../lib/procs.ts';
+import { waitFor } from '../../helpers/wait.ts';
+import { cpuMicrosOf, forkTs } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import {
@@ -75,8 +76,8 @@ async function rawUndici(sink: Sink, durationMs: number, warmMs: number): Promis
 
 /** Waits for `expected` arrivals at the sink; the rate is first → last arrival. */
 async function drained(sink: Sink, tag: string, expected: number, started: number, quick: boolean) {
-  await until(async () => (await sink.stats(tag)).count > 0, 'first delivery', 30_000);
-  await until(
+  await waitFor(async () => (await sink.stats(tag)).count > 0, 'first delivery', 30_000);
+  await waitFor(
     async () => (await sink.stats(tag)).count >= expected,
     'the preload to drain',
     quick ? 60_000 : 180_000,

@@ -4,13 +4,11 @@
  * worker delivering to an endpoint rate-limited at 1 000/s (counted from the worker's /metrics).
  */
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { LeasedLimiter } from '@spillway/delivery';
 import { registry } from '@spillway/shared';
 import { Redis } from 'ioredis';
-import { freePort, run, runToEnd, sleep, until } from '../lib/procs.ts';
+import { PrivateRedis } from '../../helpers/redis-server.ts';
+import { sleep, waitFor } from '../../helpers/wait.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
 import { openIntake, SpillwayCluster } from '../lib/spillway.ts';
@@ -44,29 +42,11 @@ export const limiter: Benchmark = {
     const rate = { perSecond: 1000, burst: 100 };
 
     // 1. The limiter alone, on a Redis of its own.
-    const dir = mkdtempSync(join(tmpdir(), 'spw-lim-'));
-    const port = await freePort();
-    const rs = run('redis-server', [
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--dir',
-      dir,
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-    ]);
+    const own = new PrivateRedis(0, { aof: 'off' });
     let redis: Redis | undefined;
     try {
-      await until(
-        async () => (await runToEnd('redis-cli', ['-p', String(port), 'ping'], 2000)).out.includes('PONG'),
-        'private redis',
-        10_000,
-        100,
-      );
-      redis = new Redis({ port, host: '127.0.0.1' });
+      await own.start();
+      redis = new Redis(own.url);
       const lim = new LeasedLimiter({ redis });
       const metric = async () => metricSum(await registry.metrics(), 'spillway_limiter_redis_calls_total');
       const c0 = await metric();
@@ -101,8 +81,7 @@ export const limiter: Benchmark = {
       notes.push(`limiter alone: ${(err as Error).message.split('\n')[0]}`);
     } finally {
       redis?.disconnect();
-      await rs.stop(2000);
-      rmSync(dir, { recursive: true, force: true });
+      await own.destroy();
     }
 
     // 2. End to end through a worker.
@@ -117,7 +96,7 @@ export const limiter: Benchmark = {
       for (let i = 0; i < N; i += 1000)
         await Promise.all(Array.from({ length: Math.min(1000, N - i) }, () => feeder!.submit('acme')));
       const w = await c.startRole('worker');
-      await until(async () => (await sink.stats('lim')).count > 0, 'first delivery', 30_000);
+      await waitFor(async () => (await sink.stats('lim')).count > 0, 'first delivery', 30_000);
       await sleep(1000);
       const m0 = await c.metrics(w);
       const s0 = (await sink.stats('lim')).count;

@@ -3,7 +3,9 @@
  * tenant floods at 10× its rate into an endpoint that never answers, in the same worker process.
  * Repeated in rounds, each on a fresh prefix and worker; the verdict uses the worst round.
  */
-import { rssOf, sleep, until } from '../lib/procs.ts';
+
+import { sleep, waitFor } from '../../helpers/wait.ts';
+import { rssOf } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import { openIntake, openLoop, SpillwayCluster, tenantCounters } from '../lib/spillway.ts';
@@ -51,7 +53,7 @@ async function oneRound(
     const f = await openIntake(c);
     feeder = f;
     await f.submit(calm1);
-    await until(async () => (await sink.stats(calm1)).count > 0, 'the first calm delivery', 30_000);
+    await waitFor(async () => (await sink.stats(calm1)).count > 0, 'the first calm delivery', 30_000);
     await sleep(1000);
 
     const phase = async (tid: string, withFlood: boolean): Promise<Phase> => {
@@ -61,7 +63,7 @@ async function oneRound(
         : Promise.resolve({ sent: 0, errors: 0 });
       const [calm, flood] = await Promise.all([openLoop(() => f.submit(tid), R, phaseMs), floodRun]);
       // Every calm event must arrive: one that never does is not a fast one. Bounded wait.
-      await until(
+      await waitFor(
         async () => (await sink.stats(tid)).count >= calm.sent,
         'calm to drain',
         quick ? 20_000 : 40_000,

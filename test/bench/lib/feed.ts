@@ -1,4 +1,4 @@
-import { sleep } from './procs.ts';
+import { sleep } from '../../helpers/wait.ts';
 import type { Sink } from './sink.ts';
 
 /**

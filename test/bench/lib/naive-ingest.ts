@@ -10,15 +10,9 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
+import { requireEnv } from './naive-env.ts';
 
-const env = (k: string) => {
-  const v = process.env[k];
-  if (!v) {
-    process.stderr.write(`naive-ingest: ${k} is not set\n`);
-    process.exit(2);
-  }
-  return v;
-};
+const env = (k: string) => requireEnv('naive-ingest', k);
 const secret = env('NAIVE_SECRET');
 const connection = new Redis(env('NAIVE_REDIS_URL'), { maxRetriesPerRequest: 1 });
 const queue = new Queue(env('NAIVE_QUEUE'), { connection, prefix: env('NAIVE_PREFIX') });

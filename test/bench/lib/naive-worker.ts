@@ -11,6 +11,7 @@ import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import { Pool } from 'undici';
+import { requireEnv } from './naive-env.ts';
 
 interface DeliveryJob {
   url: string;
@@ -18,14 +19,7 @@ interface DeliveryJob {
   body: string;
 }
 
-const env = (k: string) => {
-  const v = process.env[k];
-  if (!v) {
-    process.stderr.write(`naive-worker: ${k} is not set\n`);
-    process.exit(2);
-  }
-  return v;
-};
+const env = (k: string) => requireEnv('naive-worker', k);
 const concurrency = Number(env('NAIVE_CONCURRENCY'));
 const connections = Number(env('NAIVE_CONNECTIONS'));
 const pools = new Map<string, Pool>();

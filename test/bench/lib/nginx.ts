@@ -2,7 +2,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, type Proc, run, until } from './procs.ts';
+import { freePort } from '../../helpers/ports.ts';
+import { waitFor } from '../../helpers/wait.ts';
+import { type Proc, run } from './procs.ts';
 
 export interface Nginx {
   port: number;
@@ -47,7 +49,7 @@ http {
 `,
   );
   const proc = run('nginx', ['-c', conf, '-p', dir]);
-  await until(
+  await waitFor(
     async () => {
       if (proc.child.exitCode !== null) throw new Error(`nginx exited: ${proc.err()}`);
       try {

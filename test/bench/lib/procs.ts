@@ -3,7 +3,6 @@
  * killed at the end — also when the run throws or is interrupted. Nothing is killed by name.
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 const live = new Set<ChildProcess>();
@@ -106,37 +105,6 @@ export async function runToEnd(
   const code = await p.exited;
   clearTimeout(t);
   return { code, out: p.out(), err: p.err() };
-}
-
-/** A free loopback TCP port (for servers that cannot listen(0) and report back, e.g. nginx). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Polls `pred` until truthy; throws naming `what` after `timeoutMs`. */
-export async function until<T>(
-  pred: () => T | Promise<T>,
-  what: string,
-  timeoutMs: number,
-  everyMs = 50,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await pred();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
 }
 
 /** Resident set size of a process in bytes (Linux /proc), undefined once it is gone. */

@@ -15,8 +15,10 @@ import {
   type Source,
   type Tenant,
 } from '@spillway/shared';
-import { Kafka, logLevel } from 'kafkajs';
-import { type Proc, run, sleep, until } from './procs.ts';
+import { withKafkaAdmin } from '../../helpers/kafka-broker.ts';
+import { makeEndpoint, makeTenant } from '../../helpers/router-fixtures.ts';
+import { sleep, waitFor } from '../../helpers/wait.ts';
+import { type Proc, run } from './procs.ts';
 
 export const SPILLWAY_BIN = fileURLToPath(
   new URL('../../../packages/router/bin/spillway.mjs', import.meta.url),
@@ -83,12 +85,7 @@ export class SpillwayCluster {
   }
 
   async tenant(id: string, limits: Partial<Tenant['limits']> = {}): Promise<Tenant> {
-    return this.store.createTenant({
-      id,
-      limits: { maxInFlight: 1000, concurrency: 16, ...limits },
-      status: 'active',
-      createdAt: new Date().toISOString(),
-    });
+    return makeTenant(this.store, { maxInFlight: 1000, ...limits }, id);
   }
 
   async endpoint(
@@ -97,17 +94,7 @@ export class SpillwayCluster {
     url: string,
     extra: Partial<Endpoint> = {},
   ): Promise<Endpoint> {
-    return this.store.createEndpoint({
-      id,
-      tenantId,
-      url,
-      eventTypes: ['*'],
-      secret: `whsec_${randomBytes(24).toString('base64')}`,
-      timeoutMs: 5000,
-      status: 'active',
-      createdAt: new Date().toISOString(),
-      ...extra,
-    });
+    return makeEndpoint(this.store, tenantId, url, { id, ...extra });
   }
 
   async githubSource(tenantId: string, id: string, extra: Partial<Source> = {}): Promise<Source> {
@@ -135,7 +122,7 @@ export class SpillwayCluster {
     if (prof) env.NODE_OPTIONS = `--cpu-prof --cpu-prof-dir=${prof}`;
     const proc = run(process.execPath, [SPILLWAY_BIN, 'start', '--role', role], env);
     const adminPort = Number(
-      await until(
+      await waitFor(
         () => {
           if (proc.child.exitCode !== null)
             throw new Error(
@@ -187,18 +174,10 @@ export async function deletePrefix(redis: ReturnType<typeof createRedis>, prefix
 }
 
 export async function deleteTopic(brokers: string, topic: string): Promise<void> {
-  const admin = new Kafka({
-    clientId: 'spw-bench-cleanup',
-    brokers: brokers.split(','),
-    logLevel: logLevel.NOTHING,
-  }).admin();
-  await admin.connect();
-  try {
+  await withKafkaAdmin(brokers, 'spw-bench-cleanup', async (admin) => {
     const topics = await admin.listTopics();
     if (topics.includes(topic)) await admin.deleteTopics({ topics: [topic], timeout: 10_000 });
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 /** One signed GitHub delivery; returns the HTTP status. */

@@ -6,6 +6,7 @@
 import { connect, type Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { Agent, request } from 'undici';
+import { sleep } from '../../helpers/wait.ts';
 
 const MiB = 1024 * 1024;
 /**
@@ -14,7 +15,6 @@ const MiB = 1024 * 1024;
  * come from different addresses.
  */
 const FROM = '127.0.0.2';
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export interface AttackResult {
   bursts: number;

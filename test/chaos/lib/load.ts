@@ -7,12 +7,13 @@
 import { randomBytes } from 'node:crypto';
 import type { Source } from '@spillway/shared';
 import { Agent, request } from 'undici';
-import { sleep } from '../../bench/lib/procs.ts';
 import { eventBody, signGithub } from '../../bench/lib/spillway.ts';
 import { Samples } from '../../bench/lib/stats.ts';
+import { sleep } from '../../helpers/wait.ts';
 
 export class LoadGen {
-  readonly tag = randomBytes(3).toString('hex');
+  /** Prefix of every delivery id this load sends. */
+  readonly tag: string;
   readonly accepted = new Set<string>();
   readonly statuses = new Map<string, number>();
   /** Client-side latency of accepted requests, ms. */
@@ -32,11 +33,18 @@ export class LoadGen {
   readonly source: Source;
   readonly bodySize: number;
 
-  constructor(port: () => number, source: Source, bodySize = 512) {
+  constructor(port: () => number, source: Source, bodySize = 512, tag = randomBytes(3).toString('hex')) {
     this.port = port;
     this.source = source;
     this.bodySize = bodySize;
+    this.tag = tag;
   }
+
+  /** Called as each request is sent; a subclass may count them (the lab counts them per second). */
+  protected onSent(): void {}
+
+  /** Called with each answer's key (status code, or `error:<code>`) and whether it was accepted. */
+  protected onAnswer(_key: string, _accepted: boolean): void {}
 
   count(key: string): number {
     return this.statuses.get(key) ?? 0;
@@ -47,6 +55,8 @@ export class LoadGen {
     const body = eventBody(this.bodySize);
     const t0 = performance.now();
     let key: string;
+    let accepted = false;
+    this.onSent();
     try {
       const res = await request(`http://127.0.0.1:${this.port()}/ingest/${this.source.id}`, {
         method: 'POST',
@@ -62,6 +72,7 @@ export class LoadGen {
       await res.body.dump();
       key = String(res.statusCode);
       if (res.statusCode >= 200 && res.statusCode < 300) {
+        accepted = true;
         this.accepted.add(id);
         this.latency.add(performance.now() - t0);
       }
@@ -69,6 +80,7 @@ export class LoadGen {
       key = `error:${(err as { code?: string }).code ?? 'other'}`;
     }
     this.statuses.set(key, (this.statuses.get(key) ?? 0) + 1);
+    this.onAnswer(key, accepted);
   }
 
   /** Starts sending `perSecond` requests/s (10 ms ticks) until stop(); at most `maxMs`. */

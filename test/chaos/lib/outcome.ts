@@ -1,8 +1,15 @@
 import { createKeys } from '@spillway/shared';
-import { until } from '../../bench/lib/procs.ts';
-import type { Sink } from '../../bench/lib/sink.ts';
-import { type SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
+import { rssSampler } from '../../bench/lib/procs.ts';
+import { type Sink, startSink } from '../../bench/lib/sink.ts';
+import {
+  describeDeath,
+  type RoleProc,
+  SpillwayCluster,
+  type SpillwayEnvOptions,
+  tenantCounters,
+} from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
+import { waitFor } from '../../helpers/wait.ts';
 import type { LoadGen } from './load.ts';
 
 /** What every chaos scenario reports, as one line. */
@@ -44,7 +51,7 @@ export async function settle(
   tid = 'acme',
 ) {
   const want = load.accepted.size;
-  await until(
+  await waitFor(
     async () => {
       const st = await sink.stats(tag);
       return st.unique >= want;
@@ -87,3 +94,85 @@ export async function settle(
 }
 
 export const toMiB = (b: number) => b / MiB;
+
+export type Settled = Awaited<ReturnType<typeof settle>>;
+
+/**
+ * A scenario's Outcome from its load and what `settle` found. Adds to `failures` every role in
+ * `roles` that died and any loss; `extra` comes after the dead-lettered count.
+ */
+export function outcome(o: {
+  scenario: string;
+  load: LoadGen;
+  settled: Settled;
+  roles: readonly RoleProc[];
+  maxRss: number;
+  extra: Record<string, string | number>;
+  failures: string[];
+  t0: number;
+}): Outcome {
+  const { load: l, settled: s, failures } = o;
+  for (const r of o.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
+  if (s.lost > 0)
+    failures.push(
+      `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+    );
+  return {
+    scenario: o.scenario,
+    sent: l.sent,
+    accepted: l.accepted.size,
+    delivered: s.delivered,
+    duplicates: s.duplicates,
+    lost: s.lost,
+    s503: l.count('503'),
+    maxRssMiB: toMiB(o.maxRss),
+    extra: { dead_lettered: s.deadLettered, ...o.extra },
+    failures,
+    seconds: (Date.now() - o.t0) / 1000,
+  };
+}
+
+/** The load's answers other than 202 and 503, as `status:count,…` (or `none`). */
+export function otherStatuses(l: LoadGen): string {
+  return (
+    [...l.statuses]
+      .filter(([k]) => !['202', '503'].includes(k))
+      .map(([k, v]) => `${k}:${v}`)
+      .join(',') || 'none'
+  );
+}
+
+/** The one tenant every scenario loads: `acme` with an endpoint on the sink (tagged `tag`) and a GitHub source. */
+export async function acme(c: SpillwayCluster, sink: Sink, tag: string) {
+  await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
+  await c.endpoint('acme', 'ep', sink.url('ok', tag));
+  return c.githubSource('acme', 'gh');
+}
+
+/** Stops the load, the sampler, the cluster and the sink (the scenario's `finally`). */
+export async function tearDown(w: {
+  rss: { stop(): unknown };
+  load?: LoadGen;
+  c: SpillwayCluster;
+  sink: Sink;
+}): Promise<void> {
+  w.rss.stop();
+  await w.load?.stop().catch(() => {});
+  await w.load?.close().catch(() => {});
+  await w.c.close();
+  await w.sink.close();
+}
+
+/**
+ * What a restart scenario starts with: a sink that keeps delivery ids, a cluster on `prefix` whose
+ * retries are spaced as in production (1 s … 20 s), and an RSS sampler over its role processes.
+ */
+export async function chaosWorld(prefix: string, options: SpillwayEnvOptions = {}) {
+  const sink = await startSink({ trackIds: true });
+  const c = new SpillwayCluster(prefix, {
+    ...options,
+    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s', ...options.extra },
+  });
+  const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
+  return { sink, c, rss, failures: [] as string[] };
+}

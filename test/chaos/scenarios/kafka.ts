@@ -3,32 +3,23 @@
  * more keep arriving: no process may need a restart, and after resume every accepted event must be
  * delivered. Uses a broker of its own (separate state dir and ports), never the shared one.
  */
-import { rssSampler, sleep } from '../../bench/lib/procs.ts';
-import { startSink } from '../../bench/lib/sink.ts';
-import { describeDeath, SpillwayCluster, tenantCounters } from '../../bench/lib/spillway.ts';
+import { tenantCounters } from '../../bench/lib/spillway.ts';
+import { PrivateKafka } from '../../helpers/kafka-broker.ts';
+import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
-import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
-import { OwnKafka } from '../lib/services.ts';
+import { acme, chaosWorld, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
   const rate = short ? 100 : 200;
   const t0 = Date.now();
-  const own = new OwnKafka();
+  const own = new PrivateKafka();
   log('starting a Kafka broker of our own');
   await own.start();
-  const sink = await startSink({ trackIds: true });
-  const c = new SpillwayCluster('ckf', {
-    kafkaBrokers: own.brokers,
-    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
-  });
-  const failures: string[] = [];
+  const { sink, c, rss, failures } = await chaosWorld('ckf', { kafkaBrokers: own.brokers });
   let load: LoadGen | undefined;
-  const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
   try {
-    await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
-    await c.endpoint('acme', 'ep', sink.url('ok', 'kf'));
-    const src = await c.githubSource('acme', 'gh');
+    const src = await acme(c, sink, 'kf');
     const ingest = await c.startRole('ingest');
     await c.startRole('worker');
     // Paused: everything the worker receives for acme goes to the spill topic.
@@ -55,42 +46,25 @@ export async function kafka({ short, log }: ScenarioOptions): Promise<Outcome> {
     );
     await c.store.updateTenant('acme', (t) => ({ ...t, status: 'active' }));
     const s = await settle(l, sink, 'kf', short ? 120_000 : 180_000, c);
-    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
     if (spilledBefore === 0)
       failures.push('nothing was spilled before Kafka stopped (the scenario did not test the spill)');
-    if (s.lost > 0)
-      failures.push(
-        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
-      );
-    return {
+    return outcome({
       scenario: 'kafka-restart',
-      sent: l.sent,
-      accepted: l.accepted.size,
-      delivered: s.delivered,
-      duplicates: s.duplicates,
-      lost: s.lost,
-      s503: l.count('503'),
-      maxRssMiB: toMiB(rss.max()),
+      load: l,
+      settled: s,
+      roles: c.roles,
+      maxRss: rss.max(),
       extra: {
-        dead_lettered: s.deadLettered,
         spilled_before_stop: spilledBefore,
         spilled_total: spilledAfter,
         down_s: downS,
-        other:
-          [...l.statuses]
-            .filter(([k]) => !['202', '503'].includes(k))
-            .map(([k, v]) => `${k}:${v}`)
-            .join(',') || 'none',
+        other: otherStatuses(l),
       },
       failures,
-      seconds: (Date.now() - t0) / 1000,
-    };
+      t0,
+    });
   } finally {
-    rss.stop();
-    await load?.stop().catch(() => {});
-    await load?.close().catch(() => {});
-    await c.close({ keepData: false }).catch(() => {});
-    await sink.close();
+    await tearDown({ rss, load, c, sink });
     await own.destroy();
   }
 }

@@ -3,11 +3,13 @@
  * at random moments while load runs; the killed one is started again as a supervisor would.
  * Every event answered 2xx must reach the sink: at-least-once, duplicates counted.
  */
-import { freePort, rssSampler, sleep } from '../../bench/lib/procs.ts';
+import { rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
-import { describeDeath, type RoleName, type RoleProc, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { type RoleName, type RoleProc, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { freePort } from '../../helpers/ports.ts';
+import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
-import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
+import { acme, type Outcome, outcome, settle, tearDown } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outcome> {
@@ -25,14 +27,7 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
   const c = new SpillwayCluster('ck', {
     extra: { SPILLWAY_INGEST_PORT: String(ingestPort), SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
   });
-  const load = new LoadGen(
-    () => ingestPort,
-    await (async () => {
-      await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
-      await c.endpoint('acme', 'ep', sink.url('ok', 'k9'));
-      return c.githubSource('acme', 'gh');
-    })(),
-  );
+  const load = new LoadGen(() => ingestPort, await acme(c, sink, 'k9'));
   const live: RoleProc[] = [];
   const rss = rssSampler(() => live.map((r) => r.proc.pid));
   const failures: string[] = [];
@@ -63,35 +58,22 @@ export async function kill9({ short, log, seed }: ScenarioOptions): Promise<Outc
     await load.stop();
     log(`load stopped: sent ${load.sent}, accepted ${load.accepted.size}; waiting for delivery`);
     const s = await settle(load, sink, 'k9', short ? 90_000 : 150_000, c);
-    for (const r of live) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
-    if (s.lost > 0)
-      failures.push(
-        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
-      );
-    return {
+    return outcome({
       scenario: 'kill-9',
-      sent: load.sent,
-      accepted: load.accepted.size,
-      delivered: s.delivered,
-      duplicates: s.duplicates,
-      lost: s.lost,
-      s503: load.count('503'),
-      maxRssMiB: toMiB(rss.max()),
+      load,
+      settled: s,
+      roles: live,
+      maxRss: rss.max(),
       extra: {
-        dead_lettered: s.deadLettered,
         rounds,
         seed,
         kills: `ingest:${kills.ingest},worker:${kills.worker},admin:${kills.admin}`,
         conn_errors: [...load.statuses].filter(([k]) => k.startsWith('error')).reduce((a, [, v]) => a + v, 0),
       },
       failures,
-      seconds: (Date.now() - t0) / 1000,
-    };
+      t0,
+    });
   } finally {
-    rss.stop();
-    await load.stop().catch(() => {});
-    await load.close().catch(() => {});
-    await c.close();
-    await sink.close();
+    await tearDown({ rss, load, c, sink });
   }
 }

@@ -2,31 +2,21 @@
  * Redis stopped for 10 s under load, then started again on the same AOF: ingest must answer 503
  * (never 2xx) meanwhile, every process must recover on its own, and nothing accepted may be lost.
  */
-import { rssSampler, sleep } from '../../bench/lib/procs.ts';
-import { startSink } from '../../bench/lib/sink.ts';
-import { describeDeath, SpillwayCluster } from '../../bench/lib/spillway.ts';
+import { PrivateRedis } from '../../helpers/redis-server.ts';
+import { sleep } from '../../helpers/wait.ts';
 import { LoadGen } from '../lib/load.ts';
-import { type Outcome, settle, toMiB } from '../lib/outcome.ts';
-import { OwnRedis } from '../lib/services.ts';
+import { acme, chaosWorld, type Outcome, otherStatuses, outcome, settle, tearDown } from '../lib/outcome.ts';
 import type { ScenarioOptions } from './types.ts';
 
 export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
   const rate = short ? 100 : 200;
   const t0 = Date.now();
-  const own = new OwnRedis();
+  const own = new PrivateRedis();
   await own.start();
-  const sink = await startSink({ trackIds: true });
-  const c = new SpillwayCluster('cr', {
-    redisUrl: own.url,
-    extra: { SPILLWAY_RETRY_SCHEDULE: '1s,2s,5s,10s,20s' },
-  });
-  const failures: string[] = [];
+  const { sink, c, rss, failures } = await chaosWorld('cr', { redisUrl: own.url });
   let load: LoadGen | undefined;
-  const rss = rssSampler(() => c.roles.map((r) => r.proc.pid));
   try {
-    await c.tenant('acme', { maxInFlight: 2000, concurrency: 32 });
-    await c.endpoint('acme', 'ep', sink.url('ok', 'rd'));
-    const src = await c.githubSource('acme', 'gh');
+    const src = await acme(c, sink, 'rd');
     const ingest = await c.startRole('ingest');
     await c.startRole('worker');
     await c.startRole('admin');
@@ -62,40 +52,23 @@ export async function redis({ short, log }: ScenarioOptions): Promise<Outcome> {
     if (during.s503 - before.s503 === 0) failures.push('no 503 while Redis was down');
     if (after - during.accepted === 0) failures.push('ingest accepted nothing after Redis came back');
     if (readyAfter !== 200) failures.push(`/readyz answered ${readyAfter} after Redis came back`);
-    for (const r of c.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
-    if (s.lost > 0)
-      failures.push(
-        `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
-      );
-    return {
+    return outcome({
       scenario: 'redis-restart',
-      sent: l.sent,
-      accepted: l.accepted.size,
-      delivered: s.delivered,
-      duplicates: s.duplicates,
-      lost: s.lost,
-      s503: l.count('503'),
-      maxRssMiB: toMiB(rss.max()),
+      load: l,
+      settled: s,
+      roles: c.roles,
+      maxRss: rss.max(),
       extra: {
-        dead_lettered: s.deadLettered,
         down_s: 10,
         accepted_while_down: during.accepted - before.accepted,
         readyz_while_down: readyDuring,
-        other:
-          [...l.statuses]
-            .filter(([k]) => !['202', '503'].includes(k))
-            .map(([k, v]) => `${k}:${v}`)
-            .join(',') || 'none',
+        other: otherStatuses(l),
       },
       failures,
-      seconds: (Date.now() - t0) / 1000,
-    };
+      t0,
+    });
   } finally {
-    rss.stop();
-    await load?.stop().catch(() => {});
-    await load?.close().catch(() => {});
-    await c.close();
-    await sink.close();
+    await tearDown({ rss, load, c, sink });
     await own.destroy();
   }
 }

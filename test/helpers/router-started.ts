@@ -1,7 +1,7 @@
 import { type Role, type Started, start } from '@spillway/router/testing';
 import { createKeys, type Keys } from '@spillway/shared';
 import { Redis } from 'ioredis';
-import { testEnv } from '../../../test/helpers/env.ts';
+import { testEnv } from './env.ts';
 
 /** A real `start(role)` on the suite's Redis and Kafka, with what the admin tests reach for. */
 export interface StartedRouter {
