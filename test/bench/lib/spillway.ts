@@ -40,9 +40,18 @@ export function signGithub(secret: string, body: Buffer): string {
   return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
 }
 
-/** A JSON body of about `size` bytes with `sentAt` first (the sink reads it from the first bytes). */
-export function eventBody(size = 1024, sentAt = performance.timeOrigin + performance.now()): Buffer {
-  const head = `{"sentAt":${sentAt.toFixed(3)},"action":"opened","repository":{"full_name":"spillway/bench"},"pad":"`;
+/**
+ * A JSON body of about `size` bytes with `sentAt` first (the sink reads it from the first bytes).
+ * `delivery`, when given, goes into the body: GitHub and Shopify bodies are deduplicated on
+ * sha256(body) (docs/ingest.md, "Replays"), so a load that must be accepted sends distinct bodies.
+ */
+export function eventBody(
+  size = 1024,
+  sentAt = performance.timeOrigin + performance.now(),
+  delivery?: string,
+): Buffer {
+  const id = delivery === undefined ? '' : `"delivery":${JSON.stringify(delivery)},`;
+  const head = `{"sentAt":${sentAt.toFixed(3)},${id}"action":"opened","repository":{"full_name":"spillway/bench"},"pad":"`;
   const tail = '"}';
   return Buffer.from(head + 'x'.repeat(Math.max(0, size - head.length - tail.length)) + tail);
 }

@@ -1,6 +1,7 @@
 /**
- * The provider side of a chaos run: signed GitHub deliveries at a steady rate, each with a unique
- * X-GitHub-Delivery (which Spillway uses as the event id, so the sink's webhook-id maps back to it).
+ * The provider side of a chaos run: signed GitHub deliveries at a steady rate, each with a distinct
+ * body (Spillway deduplicates GitHub bodies) and a unique X-GitHub-Delivery (which Spillway uses as
+ * the event id, so the sink's webhook-id maps back to it).
  * Every answer is recorded; only 2xx answers count as accepted. No client retries: an event that
  * got no 2xx is not Spillway's to deliver.
  */
@@ -52,7 +53,9 @@ export class LoadGen {
 
   async #one(): Promise<void> {
     const id = `${this.tag}-${++this.sent}`;
-    const body = eventBody(this.bodySize);
+    // The id in the body makes every body distinct: Spillway deduplicates GitHub bodies on
+    // sha256(body), and a repeated body under a new id would be a 200 duplicate, not an event.
+    const body = eventBody(this.bodySize, undefined, id);
     const t0 = performance.now();
     let key: string;
     let accepted = false;
