@@ -101,7 +101,8 @@ function spillwayTarget(backend: 'node' | 'uring', role: 'ingest' | 'all'): Targ
       if (sink) await c.endpoint('acme', 'ep', sink.url('ok', 'all'));
       const r = await c.startRole(role, { SPILLWAY_INGEST_BACKEND: backend });
       if (r.ingestPort === undefined) throw new Error('the process did not open an ingest port');
-      const p = deliveryAt(`${runTag}p`, 0);
+      // A distinct probe body ([a-z0-9] run tag, as lib/wrk.ts requires).
+      const p = deliveryAt(`${runTag.replace(/[^a-z0-9]/g, '').slice(-15)}p`, 0);
       const probe = await postGithub(r.ingestPort, src, p.id, p.body).catch((e) => String(e));
       if (probe !== 202) throw new Error(`a signed probe got ${probe}, not 202`);
       const metrics = await c.metrics(r).catch(() => '');
