@@ -35,6 +35,8 @@ const JSON_TYPE = 'application/json';
 
 /** Per connection: requests whose answer is not yet handed to the socket. */
 const outstanding = new WeakMap<Socket, number>();
+/** Sockets answered with `connection: close`: requests pipelined behind that answer are dropped unread. */
+const closing = new WeakSet<Socket>();
 
 function headOf(req: http.IncomingMessage): RequestHead {
   const headers: Record<string, string> = {};
@@ -87,7 +89,10 @@ function send(res: http.ServerResponse, r: IngestResponse, close: boolean): void
     'content-length': Buffer.byteLength(body),
     ...r.headers,
   };
-  if (close || r.close) headers.connection = 'close';
+  if (close || r.close) {
+    headers.connection = 'close';
+    closing.add(res.req.socket);
+  }
   res.writeHead(r.status, headers);
   res.end(body);
 }
@@ -125,7 +130,7 @@ export function createNodeServer(opts: NodeServerOptions): IngestServer {
       // over its high-water mark, but only after the read in hand is parsed; so bound what waits.
       const socket = req.socket;
       const n = (outstanding.get(socket) ?? 0) + 1;
-      if (socket.destroyed) return;
+      if (socket.destroyed || closing.has(socket)) return;
       if (n > maxPipelined) {
         socket.destroy();
         return;
