@@ -32,8 +32,11 @@ const http = require('node:http');
 const s = http.createServer((req, res) => res.end('ok'));
 s.listen({ port: ${PORT}, host: '127.0.0.1', reusePort: true, backlog: ${backlog} }, () => console.log('ready ' + process.pid));
 `;
-// Opens BURST connections ~1 ms apart without waiting for the handshakes (a refused SYN would block
-// a blocking connect for a second), holds them briefly, closes them.
+// Opens BURST connections ~3 ms apart without waiting for the handshakes (a refused SYN would block
+// a blocking connect for a second), holds them briefly, closes them. The pace leaves the steering
+// daemon (which samples queue depths) room to fall ~70 ms behind on a loaded CI machine before the
+// stalled worker's 24 free slots above the threshold fill; the hashed run overflows at any pace,
+// since about half of the burst goes to a worker that never accepts.
 const BURST_PY = `
 import socket, time
 cs = []
@@ -42,7 +45,7 @@ for i in range(${BURST}):
     try: c.connect(('127.0.0.1', ${PORT}))
     except BlockingIOError: pass
     cs.append(c)
-    time.sleep(0.001)
+    time.sleep(0.003)
 time.sleep(0.2)
 for c in cs: c.close()
 print('done', flush=True)

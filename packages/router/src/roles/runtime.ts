@@ -10,6 +10,8 @@ import {
   type Logger,
   packageLogger,
   type RedisClient,
+  retryDelayMs,
+  sleep,
 } from '@spillway/shared';
 import kafkajs, { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
 
@@ -102,6 +104,24 @@ export const SPILL_MAX_MESSAGE_BYTES = 96 * 1024 * 1024;
  * warning line names the variable. Its `max.message.bytes` is raised to SPILL_MAX_MESSAGE_BYTES if smaller.
  */
 export async function ensureSpillTopic(rt: Runtime, partitions = rt.config.spillPartitions): Promise<void> {
+  // A topic created a moment ago (by this call or a peer starting at the same time) can answer
+  // "does not host this topic-partition" until its leaders settle: a retriable error, retried for
+  // up to ENSURE_TOPIC_MS before start gives up.
+  const deadline = Date.now() + ENSURE_TOPIC_MS;
+  for (let n = 0; ; n++) {
+    try {
+      return await ensureSpillTopicOnce(rt, partitions);
+    } catch (err) {
+      const cause = (err as { cause?: { retriable?: boolean } }).cause;
+      if (!cause?.retriable || Date.now() + retryDelayMs(n) > deadline) throw err;
+      await sleep(retryDelayMs(n));
+    }
+  }
+}
+
+const ENSURE_TOPIC_MS = 30_000;
+
+async function ensureSpillTopicOnce(rt: Runtime, partitions: number): Promise<void> {
   const admin = rt.kafka.admin({ retry: { retries: 3, initialRetryTime: 300 } });
   const topic = rt.config.spillTopic;
   const maxMessage = { name: 'max.message.bytes', value: String(SPILL_MAX_MESSAGE_BYTES) };
