@@ -1,13 +1,15 @@
 import { EventEmitter } from 'node:events';
 import { channels, type Logger, packageLogger } from '@spillway/shared';
-import { LRUCache } from 'lru-cache';
 import CircuitBreaker from 'opossum';
 import { breakerState as breakerGauge } from './metrics.ts';
 
 /**
- * One opossum breaker per endpoint, created on first use and kept in an LRU: an idle or evicted
- * endpoint's breaker is `shutdown()` (timers and listeners released). All breakers rotate their
- * rolling-window buckets off one shared timer instead of one setInterval each.
+ * One opossum breaker per endpoint, created on first use and looked up in plain maps (tenant →
+ * endpoint): every task asks for its endpoint's breaker two or three times, so the lookup must cost
+ * no more than a Map get. An endpoint's breaker unused for `idleMs` is `shutdown()` (timers and
+ * listeners released) by a sweep on the shared timer; past `max` breakers the least recently used
+ * goes. All breakers rotate their rolling-window buckets off that one timer instead of one
+ * setInterval each.
  */
 
 export type BreakerStateName = 'closed' | 'open' | 'half-open';
@@ -47,11 +49,20 @@ interface Entry {
   openedAt: number;
   tenantId: string;
   endpointId: string;
+  /** The shared clock (Breakers#clock) when the breaker was last asked for. */
+  usedAt: number;
 }
+
+/** How often idle breakers are swept. */
+const SWEEP_MS = 30_000;
 
 export class Breakers {
   readonly #opts: Required<BreakerOptions>;
-  readonly #lru: LRUCache<string, Entry>;
+  readonly #byTenant = new Map<string, Map<string, Entry>>();
+  #size = 0;
+  /** Date.now() as of the last timer tick: "last used" needs no finer clock than the idle limit. */
+  #clock = Date.now();
+  #swept = Date.now();
   readonly #rotate = new EventEmitter();
   readonly #timer: NodeJS.Timeout;
   readonly #logger: Logger | undefined;
@@ -72,31 +83,53 @@ export class Breakers {
     this.#logger = logger && packageLogger(logger, 'delivery');
     this.#rotate.setMaxListeners(0);
     this.#timer = setInterval(
-      () => this.#rotate.emit('rotate'),
+      () => {
+        this.#clock = Date.now();
+        this.#rotate.emit('rotate');
+        if (this.#clock - this.#swept >= Math.min(SWEEP_MS, this.#opts.idleMs)) this.#sweep();
+      },
       Math.max(10, Math.floor(this.#opts.rollingCountTimeoutMs / this.#opts.rollingCountBuckets)),
     );
     this.#timer.unref();
-    this.#lru = new LRUCache<string, Entry>({
-      max: this.#opts.max,
-      ttl: this.#opts.idleMs,
-      updateAgeOnGet: true,
-      ttlAutopurge: true,
-      dispose: (e) => {
-        e.breaker.shutdown();
-        breakerGauge.remove(e.tenantId, e.endpointId);
-      },
-    });
   }
 
-  #key(tenantId: string, endpointId: string): string {
-    return `${tenantId}\u0000${endpointId}`;
+  #find(tenantId: string, endpointId: string): Entry | undefined {
+    return this.#byTenant.get(tenantId)?.get(endpointId);
+  }
+
+  /** Shuts down breakers idle for idleMs (an open one is kept: it is not idle, it is waiting). */
+  #sweep(): void {
+    this.#swept = this.#clock;
+    const before = this.#clock - this.#opts.idleMs;
+    for (const eps of this.#byTenant.values())
+      for (const e of eps.values()) if (e.usedAt < before && !e.breaker.opened) this.#drop(e);
+  }
+
+  #drop(e: Entry): void {
+    const eps = this.#byTenant.get(e.tenantId);
+    if (!eps?.delete(e.endpointId)) return;
+    if (eps.size === 0) this.#byTenant.delete(e.tenantId);
+    this.#size--;
+    e.breaker.shutdown();
+    breakerGauge.remove(e.tenantId, e.endpointId);
+  }
+
+  /** Past `max`: the least recently used breaker goes (a scan, only when a new one would overflow). */
+  #evictOldest(): void {
+    let oldest: Entry | undefined;
+    for (const eps of this.#byTenant.values())
+      for (const e of eps.values()) if (!oldest || e.usedAt < oldest.usedAt) oldest = e;
+    if (oldest) this.#drop(oldest);
   }
 
   /** The endpoint's breaker, created lazily. */
   get(tenantId: string, endpointId: string): Entry {
-    const key = this.#key(tenantId, endpointId);
-    const e = this.#lru.get(key);
-    if (e) return e;
+    const found = this.#find(tenantId, endpointId);
+    if (found) {
+      found.usedAt = this.#clock;
+      return found;
+    }
+    if (this.#size >= this.#opts.max) this.#evictOldest();
     const breaker: CircuitBreaker<[Run], unknown> = new CircuitBreaker<[Run], unknown>(
       (run: Run): Promise<unknown> => run(),
       {
@@ -116,7 +149,7 @@ export class Breakers {
         errorFilter: (err: unknown) => err instanceof AttemptFailure && !err.counts,
       } as CircuitBreaker.Options,
     );
-    const entry: Entry = { breaker, openedAt: 0, tenantId, endpointId };
+    const entry: Entry = { breaker, openedAt: 0, tenantId, endpointId, usedAt: this.#clock };
     const log = (state: BreakerStateName, value: number) => {
       breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, value);
       this.#logger?.info({ tenantId, endpointId, state }, 'endpoint breaker state');
@@ -130,13 +163,19 @@ export class Breakers {
     breaker.on('halfOpen', () => log('half-open', 1));
     breaker.on('close', () => log('closed', 0));
     breakerGauge.set({ tenant: tenantId, endpoint: endpointId }, 0);
-    this.#lru.set(key, entry);
+    let eps = this.#byTenant.get(tenantId);
+    if (!eps) {
+      eps = new Map();
+      this.#byTenant.set(tenantId, eps);
+    }
+    eps.set(endpointId, entry);
+    this.#size++;
     return entry;
   }
 
   /** Without creating one: an endpoint never tried is closed. */
   state(tenantId: string, endpointId: string): BreakerStateName {
-    const e = this.#lru.peek(this.#key(tenantId, endpointId));
+    const e = this.#find(tenantId, endpointId);
     if (!e) return 'closed';
     return stateOf(e.breaker);
   }
@@ -146,7 +185,7 @@ export class Breakers {
    * probe through (the task waits on the retry schedule meanwhile, holding nothing).
    */
   admit(tenantId: string, endpointId: string): { ok: true } | { ok: false; retryAfterMs: number } {
-    const e = this.#lru.peek(this.#key(tenantId, endpointId));
+    const e = this.#find(tenantId, endpointId);
     if (!e) return { ok: true };
     const b = e.breaker;
     if (b.closed || b.pendingClose) return { ok: true };
@@ -162,7 +201,7 @@ export class Breakers {
 
   close(): void {
     clearInterval(this.#timer);
-    this.#lru.clear();
+    for (const eps of [...this.#byTenant.values()]) for (const e of [...eps.values()]) this.#drop(e);
   }
 }
 
