@@ -184,13 +184,8 @@ export class Dispatcher {
     endpoint: Endpoint,
     rated: boolean,
   ): Promise<AttemptOutcome> {
-    let url: URL;
-    try {
-      url = new URL(endpoint.url);
-    } catch {
-      return { kind: 'fail', error: 'invalid_url' };
-    }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') return { kind: 'fail', error: 'invalid_url' };
+    const url = target(endpoint.url);
+    if (!url) return { kind: 'fail', error: 'invalid_url' };
 
     // An open breaker would refuse the attempt anyway: do not spend rate tokens on it.
     const pre = this.#breakers.admit(task.tenantId, task.endpointId);
@@ -210,7 +205,7 @@ export class Dispatcher {
     task: DeliveryTask,
     tenant: Tenant,
     endpoint: Endpoint,
-    url: URL,
+    url: Target,
     slots: TenantSlots,
   ): Promise<AttemptOutcome> {
     const signal = this.#closing.signal;
@@ -237,7 +232,12 @@ export class Dispatcher {
   }
 
   /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
-  async #attempt(task: DeliveryTask, endpoint: Endpoint, url: URL, tenant: Tenant): Promise<AttemptOutcome> {
+  async #attempt(
+    task: DeliveryTask,
+    endpoint: Endpoint,
+    url: Target,
+    tenant: Tenant,
+  ): Promise<AttemptOutcome> {
     const started = performance.now();
     const ts = Math.floor(Date.now() / 1000);
     const body = task.event.body;
@@ -264,7 +264,7 @@ export class Dispatcher {
     try {
       const res = await agent.request({
         origin: url.origin,
-        path: `${url.pathname}${url.search}`,
+        path: url.path,
         method: 'POST',
         headers,
         body,
@@ -328,6 +328,32 @@ export class Dispatcher {
     this.#breakers.close();
     if (this.#ownsLimiter) await this.#limiter.close();
   }
+}
+
+/** Where an endpoint URL sends its requests. */
+interface Target {
+  origin: string;
+  path: string;
+}
+
+/**
+ * Parsed endpoint URLs by URL string (every attempt needs origin and path; parsing costs more than
+ * a Map get). Undefined for a URL that is not http(s). Bounded: past TARGET_CACHE_MAX it starts over.
+ */
+const targets = new Map<string, Target | undefined>();
+const TARGET_CACHE_MAX = 10_000;
+
+function target(href: string): Target | undefined {
+  if (targets.has(href)) return targets.get(href);
+  let t: Target | undefined;
+  try {
+    const u = new URL(href);
+    if (u.protocol === 'http:' || u.protocol === 'https:')
+      t = { origin: u.origin, path: `${u.pathname}${u.search}` };
+  } catch {}
+  if (targets.size >= TARGET_CACHE_MAX) targets.clear();
+  targets.set(href, t);
+  return t;
 }
 
 function errorChain(err: unknown): { code?: string; name?: string; message?: string }[] {

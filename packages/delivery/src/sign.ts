@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 import { type Endpoint, errors, generateWhsec, parseWhsec } from '@spillway/shared';
 
 /**
@@ -13,11 +13,23 @@ export function generateSecret(): string {
   return generateWhsec(32);
 }
 
+/**
+ * Decoded signing keys by secret: every delivery signs, and decoding the `whsec_` string each time
+ * cost more than the HMAC of a small body. Bounded: past KEY_CACHE_MAX secrets the cache starts over.
+ */
+const keys = new Map<string, KeyObject>();
+const KEY_CACHE_MAX = 10_000;
+
 /** The admin API stores only `whsec_` secrets (shared `parseWhsec`); anything else is a bug upstream. */
-function secretKey(secret: string): Buffer {
-  const key = parseWhsec(secret);
-  if (!key)
+function secretKey(secret: string): KeyObject {
+  let key = keys.get(secret);
+  if (key) return key;
+  const raw = parseWhsec(secret);
+  if (!raw)
     throw errors.config('endpoint secret is not whsec_ + base64 (the admin API refuses such secrets)');
+  key = createSecretKey(raw);
+  if (keys.size >= KEY_CACHE_MAX) keys.clear();
+  keys.set(secret, key);
   return key;
 }
 
@@ -28,10 +40,13 @@ export function signPayload(
   timestampSec: number,
   body: Buffer,
 ): string {
-  const head = Buffer.from(`${msgId}.${timestampSec}.`);
-  return secrets
-    .map((s) => `v1,${createHmac('sha256', secretKey(s)).update(head).update(body).digest('base64')}`)
-    .join(' ');
+  const head = `${msgId}.${timestampSec}.`;
+  let out = '';
+  for (const s of secrets) {
+    const mac = createHmac('sha256', secretKey(s)).update(head).update(body).digest('base64');
+    out = out === '' ? `v1,${mac}` : `${out} v1,${mac}`;
+  }
+  return out;
 }
 
 /** The endpoint's current secret first, then every previous secret whose overlap has not ended. */

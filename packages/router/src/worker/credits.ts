@@ -58,7 +58,7 @@ export class Credits {
       } else this.#refs.set(body, refs - 1);
     }
     // The drainer waits for credits to free up; wake it on every release.
-    for (const w of [...this.#waiters]) w();
+    for (const w of this.#waiters) w();
   }
 
   /** Calls `fn` on every release until the returned function is called. */
