@@ -1,10 +1,15 @@
 import { defineConfig } from 'vitest/config';
 
 /**
- * Tests that measure a process's memory or CPU under attack run after everything else, alone: two
- * suites in parallel on a 2-core machine move RSS and timing by more than the bounds they assert.
+ * Tests that measure a process's memory or CPU under attack, or hold a steady load through
+ * restarts, run after everything else, alone: two suites in parallel on a 2-core machine move RSS
+ * and timing by more than the bounds they assert.
  */
-const ALONE = ['test/e2e/ingest-output-bound.test.ts'];
+const ALONE = [
+  'test/e2e/ingest-output-bound.test.ts',
+  'test/e2e/ingest-tls.test.ts',
+  'test/e2e/ingest-handover.test.ts',
+];
 
 // Tests run against the real Redis and Kafka that infra/local/test.sh starts (or that the caller
 // points them at). Packages resolve to src through their exports maps: nothing is built first.

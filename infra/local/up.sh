@@ -17,4 +17,11 @@ if [ -z "${SPILLWAY_ADMIN_TOKEN:-}" ]; then
   export SPILLWAY_ADMIN_TOKEN="$(cat "$tokfile")"
   echo "admin token (SPILLWAY_ADMIN_TOKEN): $SPILLWAY_ADMIN_TOKEN  (kept in $tokfile)"
 fi
+if [ -z "${SPILLWAY_SECRET_KEY:-}" ]; then
+  # The key stored endpoint and source secrets are encrypted under: keep it, or they cannot be read.
+  keyfile=.cache/secret-key
+  [ -f "$keyfile" ] || (umask 077; head -c 32 /dev/urandom | base64 > "$keyfile")
+  export SPILLWAY_SECRET_KEY="$(cat "$keyfile")"
+  echo "secret key (SPILLWAY_SECRET_KEY): kept in $keyfile"
+fi
 exec node packages/router/bin/spillway.mjs start "$@"

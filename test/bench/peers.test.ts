@@ -11,10 +11,13 @@ import { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import { request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
+import { makeTestCerts } from '../helpers/tls.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { startNginx } from './lib/nginx.ts';
 import { forkTs } from './lib/procs.ts';
 import { deletePrefix, eventBody, REDIS_URL, signGithub } from './lib/spillway.ts';
 import { perRound, spread } from './lib/spread.ts';
+import { runWrk } from './lib/wrk.ts';
 
 describe('bench spread', () => {
   it('median and worst, with a missing round counted as the worst', () => {
@@ -125,6 +128,31 @@ describe('bench naive peers', () => {
       await proc.stop();
       await queue.close();
       await new Promise<void>((r) => server.close(() => r()));
+    }
+  });
+});
+
+describe('bench TLS peer', () => {
+  it('nginx return 202 over TLS answers wrk over https with 202 (the peer of "Spillway ingest over TLS")', async () => {
+    const certs = makeTestCerts('bench-peer');
+    const nginx = await startNginx(1, { certPath: certs.certPath, keyPath: certs.keyPath, ca: certs.ca });
+    try {
+      const r = await runWrk({
+        url: `https://127.0.0.1:${nginx.port}/ingest/x`,
+        headers: { 'content-type': 'application/json' },
+        secret: 's',
+        count: 20_000,
+        runTag: `tls${randomBytes(3).toString('hex')}`,
+        threads: 1,
+        connections: 4,
+        durationS: 1,
+      });
+      expect(r.requests).toBeGreaterThan(0);
+      expect(r.non202).toBe(0);
+      expect(r.socketErrors).toBe(0);
+    } finally {
+      await nginx.close();
+      certs.remove();
     }
   });
 });

@@ -1,11 +1,11 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Started, start } from '@spillway/router';
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // The hub is internal to the admin role (not exported by the package): imported from source, as the
 // benchmarks do for internals.
-import { SnapshotHub } from '../../packages/router/src/admin/console/hub.ts';
+import { SnapshotHub } from '@spillway/router/testing';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
 import { PrivateRedis } from '../helpers/redis-server.ts';
 import { dropSpillTopic } from '../helpers/router-fixtures.ts';

@@ -23,8 +23,9 @@ import {
  * Spillway and share its tenants, as one operator's session would:
  *   1. sign in, create a tenant and an endpoint, send events, watch the counters move
  *   2. pause (confirmed) → spilled shows; resume → it drains
- *   3. an endpoint fails → the event page shows the failed deliveries with the endpoint's status;
- *      fix the URL, replay its DLQ (paged, with progress) → the event is delivered
+ *   3. an endpoint fails → the event page shows its failed attempts with the endpoint's answer;
+ *      fix the URL, "recover since T" (with progress) → the attempts succeed. Also the event log's
+ *      filters, the DLQ's server paging, resend, replay and purge
  *   4. a tenant key sees only its tenant; a forged URL to another tenant shows "forbidden"
  * Scenario 5 (Redis stopped → banner) is console-redis.test.ts, on a private redis-server.
  */
@@ -131,6 +132,11 @@ describe('operator console', { timeout: 240_000 }, () => {
     await waitForText(page, '#stats [data-field="delivered"]', '30');
     await waitForText(page, 'tr[data-endpoint="ep-ok"] td[data-field="delivered"]', '30');
     await waitForText(page, '#stats [data-field="credits"]', '0 / 50');
+    // The tenant stream carries the delivery latency of each second's attempts (from the history).
+    await page
+      .locator('#latency-chart-now')
+      .filter({ hasText: /^last: p50 \d+ ms, p95 \d+ ms, max \d+ ms over \d+ attempts$/ })
+      .waitFor();
     expect(await seriousA11yViolations(page)).toEqual([]);
 
     // The overview shows the same numbers for the tenant's row.
@@ -190,101 +196,188 @@ describe('operator console', { timeout: 240_000 }, () => {
     expect(new Set(receiver.got.get('/ok'))).toEqual(new Set([...ids('first', 30), ...ids('paused', 20)]));
   });
 
-  it('3. a failing endpoint: the event shows its failures; fix the URL, replay its DLQ, it is delivered', async () => {
+  it('3. an endpoint fails: the event shows its failed attempts and answer; fix the URL, recover since T, they succeed', async () => {
     await page.locator('#new-ep-url').fill(`${receiver.base}/fail`);
     await page.locator('#new-ep-id').fill('ep-bad');
     await page.getByRole('button', { name: 'Add endpoint' }).click();
     await page.locator('tr[data-endpoint="ep-bad"]').waitFor();
 
+    // T: just before the endpoint starts failing.
+    const T = Date.now() - 1000;
     const bad = ids('order', 30);
-    await sendEvents(bad);
+    await sendEvents(bad, 'order.placed');
     await waitForText(page, '#stats [data-field="dlq"]', '30');
 
-    // Event lookup from the tenant page.
-    await page.getByLabel('Event id').fill('order-7');
-    await page.getByRole('button', { name: 'Find event' }).click();
-    await page.getByRole('heading', { name: 'Event order-7' }).waitFor();
-    const badRow = 'tr[data-endpoint="ep-bad"]';
-    await waitForText(page, `${badRow} td[data-field="status"]`, 'failed');
-    await waitForText(page, `${badRow} td[data-field="lastStatus"]`, '422');
-    await waitForText(page, `${badRow} td[data-field="attempts"]`, '2');
-    await waitForText(page, 'tr[data-endpoint="ep-ok"] td[data-field="status"]', 'delivered');
-    await screenshot(page, 'event');
-    expect(await seriousA11yViolations(page)).toEqual([]);
+    // The event log, filtered by type and status, newest first, paged on the server (25 a page).
+    await page.locator('#events-type').fill('order.placed');
+    await page.locator('#events-status').selectOption('failed');
+    await page.getByRole('button', { name: 'Show events' }).click();
+    await waitForText(
+      page,
+      '#events-info',
+      'Newest events (type order.placed, status failed): 25 shown, more on the next page',
+    );
+    const listed = () =>
+      page
+        .locator('#events-table tbody tr')
+        .evaluateAll((rs) => rs.map((r) => (r as unknown as { dataset: { event: string } }).dataset.event));
+    const first = await listed();
+    expect(first).toHaveLength(25);
+    await waitForText(page, '#events-table tbody tr:first-child td[data-field="status"]', 'failed');
+    await page.getByRole('button', { name: 'Next page of events' }).click();
+    await waitForText(page, '#events-info', 'Older events (type order.placed, status failed): 5 shown');
+    expect(new Set([...first, ...(await listed())])).toEqual(new Set(bad));
 
-    // Back on the tenant page: the DLQ is paged (25 a page), filterable per endpoint.
-    await page.getByRole('link', { name: `← Tenant ${TID}` }).click();
-    await page.getByRole('heading', { name: `Tenant ${TID}` }).waitFor();
+    // The DLQ, paged on the server (25 a page, cursor), filterable per endpoint.
     await waitForText(page, '#dlq-info', 'Entries 1–25 of 30');
     expect(await page.locator('#dlq-table tbody tr').count()).toBe(25);
-    // A few seconds of the throughput chart (rates need two snapshots) before the screenshot.
+    await page.getByRole('button', { name: 'Next page of dead letters' }).click();
+    await waitForText(page, '#dlq-info', 'Entries 26–30 of 30');
+    expect(await page.locator('#dlq-table tbody tr').count()).toBe(5);
+    // A few seconds of the throughput and latency charts (rates need two snapshots) for the screenshot.
     await page.waitForFunction(
       // biome-ignore lint/suspicious/noExplicitAny: runs in the page
-      () => (globalThis as any).document.querySelectorAll('.chart canvas').length > 0,
+      () => (globalThis as any).document.querySelectorAll('.chart canvas').length === 2,
       undefined,
       { timeout: 30_000 },
     );
-    await page.waitForTimeout(2500);
     await screenshot(page, 'tenant');
     expect(await seriousA11yViolations(page)).toEqual([]);
-    await page.getByRole('button', { name: 'Next page' }).click();
-    await waitForText(page, '#dlq-info', 'Entries 26–30 of 30');
-    expect(await page.locator('#dlq-table tbody tr').count()).toBe(5);
 
-    // Fix the endpoint's URL, then replay its dead letters (confirmed) with a progress bar.
+    // Open the event: each endpoint's attempts, with the failing endpoint's answer.
+    await page.locator('#lookup-event').fill('order-7');
+    await page.getByRole('button', { name: 'Find event' }).click();
+    await page.getByRole('heading', { name: 'Event order-7' }).waitFor();
+    const badRow = '#deliveries-table tr[data-endpoint="ep-bad"]';
+    await waitForText(page, `${badRow} td[data-field="status"]`, 'failed');
+    await waitForText(page, `${badRow} td[data-field="lastStatus"]`, '422');
+    await waitForText(page, `${badRow} td[data-field="attempts"]`, '2');
+    await waitForText(
+      page,
+      '#deliveries-table tr[data-endpoint="ep-ok"] td[data-field="status"]',
+      'delivered',
+    );
+    const badAttempts = page.locator('#attempts-table tbody tr[data-endpoint="ep-bad"]');
+    await waitFor(async () => (await badAttempts.count()) === 2, 'two attempts of ep-bad', 30_000);
+    for (const row of await badAttempts.all()) {
+      expect((await row.locator('td[data-field="response"]').textContent())?.trim()).toBe(
+        'unknown field "total"',
+      );
+      expect((await row.locator('td[data-field="answer"]').textContent())?.trim()).toBe('422');
+    }
+    // Newest first: the second attempt went to the DLQ.
+    await waitForText(
+      page,
+      '#attempts-table tbody tr[data-endpoint="ep-bad"] td[data-field="outcome"]',
+      'failed · dead-lettered',
+    );
+    await waitForText(
+      page,
+      '#attempts-table tbody tr[data-endpoint="ep-ok"] td[data-field="outcome"]',
+      'delivered',
+    );
+    expect(await seriousA11yViolations(page)).toEqual([]);
+
+    // Fix the URL on the endpoint's page (its attempts are listed there too).
+    await page.locator(badRow).getByRole('link', { name: 'ep-bad' }).click();
+    await page.getByRole('heading', { name: /^Endpoint ep-bad/ }).waitFor();
+    await page.locator('#endpoint-attempts-table tbody tr').first().waitFor();
+    expect(await seriousA11yViolations(page)).toEqual([]);
+    await page.getByLabel('URL', { exact: true }).fill(`${receiver.base}/fixed`);
+    await page.getByRole('button', { name: 'Save URL' }).click();
+    await page.getByText(`Endpoint ep-bad now delivers to ${receiver.base}/fixed`).waitFor();
+    await page.goBack();
+    await page.getByRole('heading', { name: 'Event order-7' }).waitFor();
+
+    // Recover since T (confirmed), from the event page, with progress.
+    const local = await page.evaluate((ms) => {
+      const d = new Date(ms);
+      const p = (n: number) => String(n).padStart(2, '0');
+      return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+    }, T);
+    await page.locator('#recover-since-ep-bad').fill(local);
+    await page.getByRole('button', { name: 'Recover ep-bad' }).click();
+    await confirm('Recover');
+    await page.getByText(/^Recover console-[0-9a-f]+ started\.$/).waitFor();
+    await page.getByText(/: done, 30 delivered, 0 failed again, of 30\.$/).waitFor();
+    expect(
+      await page
+        .locator('#op-progress')
+        .evaluate(
+          (el) =>
+            (el as unknown as { value: number; max: number }).value / (el as unknown as { max: number }).max,
+        ),
+    ).toBe(1);
+    // The attempts succeed: the newest attempt of ep-bad is delivered, by the recover.
+    await waitForText(page, `${badRow} td[data-field="status"]`, 'delivered');
+    await waitForText(
+      page,
+      '#attempts-table tbody tr[data-endpoint="ep-bad"] td[data-field="outcome"]',
+      'delivered',
+    );
+    expect(
+      await page.locator('#attempts-table tbody tr[data-endpoint="ep-bad"][data-outcome="failed"]').count(),
+    ).toBe(2);
+    await waitFor(
+      () => (receiver.got.get('/fixed')?.length ?? 0) >= 30,
+      'the recovered events at /fixed',
+      30_000,
+    );
+    expect(new Set(receiver.got.get('/fixed'))).toEqual(new Set(bad));
+    expect((await api('GET', `/v1/tenants/${TID}/stats`)).body.dlq).toBe(0);
+
+    // Resend to one endpoint (confirmed, idempotent request id): ep-ok gets order-7 again.
+    await page.getByRole('button', { name: 'Resend to endpoint ep-ok' }).click();
+    await confirm('Resend');
+    await page.getByText(/^Resend of order-7 to ep-ok: done, 1 delivered, 0 failed again, of 1\.$/).waitFor();
+    await waitFor(
+      () => receiver.got.get('/ok')?.filter((x) => x === 'order-7').length === 2,
+      'order-7 resent to /ok',
+      30_000,
+    );
+    await screenshot(page, 'event');
+    expect(await seriousA11yViolations(page)).toEqual([]);
+
+    // Replay with progress, then purge (each confirmed): 3 failures replayed, 2 purged.
+    expect(
+      (await api('PATCH', `/v1/tenants/${TID}/endpoints/ep-bad`, { url: `${receiver.base}/fail` })).status,
+    ).toBe(200);
+    await page.getByRole('link', { name: `← Tenant ${TID}` }).click();
+    await page.getByRole('heading', { name: `Tenant ${TID}` }).waitFor();
+    await sendEvents(ids('again', 3));
+    await waitForText(page, '#stats [data-field="dlq"]', '3');
+    await waitForText(page, '#dlq-info', 'Entries 1–3 of 3');
     await page.getByRole('textbox', { name: 'URL of endpoint ep-bad' }).fill(`${receiver.base}/fixed`);
     await page.getByRole('button', { name: 'Save URL of endpoint ep-bad' }).click();
     await page.getByText(`Endpoint ep-bad now delivers to ${receiver.base}/fixed`).waitFor();
     await page.locator('#dlq-endpoint').selectOption('ep-bad');
     await page.getByRole('button', { name: 'Replay', exact: true }).click();
     await confirm('Replay');
-    await waitForText(page, '#dlq-progress-text', 'Replayed 30 of 30.');
-    expect(
-      await page
-        .locator('#dlq-progress')
-        .evaluate(
-          (el) =>
-            (el as unknown as { value: number; max: number }).value / (el as unknown as { max: number }).max,
-        ),
-    ).toBe(1);
+    await waitForText(page, '#dlq-progress-text', 'Replayed 3 of 3.');
     await waitForText(page, '#stats [data-field="dlq"]', '0');
     await waitFor(
-      () => (receiver.got.get('/fixed')?.length ?? 0) >= 30,
+      () => ids('again', 3).every((x) => receiver.got.get('/fixed')?.includes(x)),
       'the replayed events at /fixed',
       30_000,
     );
-    expect(new Set(receiver.got.get('/fixed'))).toEqual(new Set(bad));
-
-    await page.getByLabel('Event id').fill('order-7');
-    await page.getByRole('button', { name: 'Find event' }).click();
-    await waitForText(page, `${badRow} td[data-field="status"]`, 'delivered');
-
-    // Recover from the event page itself: the endpoint breaks again, one event fails, the URL is
-    // fixed, and "Replay DLQ" on that event's failed delivery brings it to delivered.
     expect(
       (await api('PATCH', `/v1/tenants/${TID}/endpoints/ep-bad`, { url: `${receiver.base}/fail` })).status,
     ).toBe(200);
-    await sendEvents(['single-1']);
-    // Its record exists once a worker fanned it out (202 means durable, not yet fanned out).
-    await waitFor(
-      async () => (await api('GET', `/v1/tenants/${TID}/events/single-1`)).status === 200,
-      'single-1 fanned out',
-      60_000,
-    );
-    await page.goto(`${spillway.base}/console#/tenants/${TID}/events/single-1`);
-    await page.getByRole('heading', { name: 'Event single-1' }).waitFor();
-    await waitForText(page, `${badRow} td[data-field="status"]`, 'failed');
+    await sendEvents(ids('dropped', 2));
+    await waitForText(page, '#stats [data-field="dlq"]', '2');
+    await page.getByRole('button', { name: 'Purge', exact: true }).click();
+    await confirm('Cancel');
+    expect((await api('GET', `/v1/tenants/${TID}/dlq`)).body.total).toBe(2);
+    await page.getByRole('button', { name: 'Purge', exact: true }).click();
+    await confirm('Purge');
+    await page.getByText('Purged 2 entries.').waitFor();
+    await waitForText(page, '#stats [data-field="dlq"]', '0');
+    expect((await api('GET', `/v1/tenants/${TID}/dlq`)).body.total).toBe(0);
     expect(
       (await api('PATCH', `/v1/tenants/${TID}/endpoints/ep-bad`, { url: `${receiver.base}/fixed` })).status,
     ).toBe(200);
-    await page.getByRole('button', { name: 'Replay DLQ of endpoint ep-bad' }).click();
-    await confirm('Replay');
-    await page.getByText('Replayed 1 entries of ep-bad.').waitFor();
-    await waitForText(page, `${badRow} td[data-field="status"]`, 'delivered');
-    await waitFor(() => receiver.got.get('/fixed')?.includes('single-1'), 'single-1 at /fixed', 30_000);
 
     // Pause and resume one endpoint from the tenant page.
-    await page.getByRole('link', { name: `← Tenant ${TID}` }).click();
     await page.getByRole('button', { name: 'Pause endpoint ep-ok' }).click();
     await waitForText(page, 'tr[data-endpoint="ep-ok"] td[data-field="status"]', 'paused');
     expect((await api('GET', `/v1/tenants/${TID}/endpoints/ep-ok`)).body.status).toBe('paused');
@@ -329,8 +422,11 @@ describe('operator console', { timeout: 240_000 }, () => {
       await tpage.getByLabel('Admin token or tenant API key').fill(key);
       await tpage.getByRole('button', { name: 'Sign in' }).click();
       await tpage.getByRole('heading', { name: `Tenant ${TID}` }).waitFor();
-      // 30 + 20 to ep-ok, then 31 to each endpoint (ep-bad's after the replays).
-      await waitForText(tpage, '#stats [data-field="delivered"]', '112');
+      // 50 to ep-ok, 30 to each endpoint, the resend, then 3 to each and 2 to ep-ok.
+      expect((await api('GET', `/v1/tenants/${TID}/stats`)).body.delivered).toBe(119);
+      await waitForText(tpage, '#stats [data-field="delivered"]', '119');
+      // Its event log.
+      await tpage.locator('#events-table tbody tr').first().waitFor();
       // Read-only: no pause, no limits, keys or DLQ controls; no list of all tenants.
       expect(await tpage.getByRole('button', { name: /Pause tenant|Resume tenant/ }).count()).toBe(0);
       expect(await tpage.locator('#limits, #keys, #dlq').count()).toBe(0);
@@ -341,6 +437,17 @@ describe('operator console', { timeout: 240_000 }, () => {
       await tpage.goto(`${spillway.base}/console#/tenants/${TID}/events/order-7`);
       await tpage.getByRole('heading', { name: 'Event order-7' }).waitFor();
       await waitForText(tpage, 'tr[data-endpoint="ep-bad"] td[data-field="status"]', 'delivered');
+      // Read-only, plus resend: no "recover since"; resend to all endpoints works.
+      expect(await tpage.locator('#recover').count()).toBe(0);
+      await tpage.getByRole('button', { name: 'Resend to all endpoints' }).click();
+      const tdialog = tpage.getByRole('dialog');
+      await tdialog.getByRole('button', { name: 'Resend', exact: true }).click();
+      await tpage.getByText(/^Resend of order-7: done, 2 delivered, 0 failed again, of 2\.$/).waitFor();
+      await waitFor(
+        () => receiver.got.get('/fixed')?.filter((x) => x === 'order-7').length === 2,
+        'order-7 resent to /fixed',
+        30_000,
+      );
 
       // Forged URLs to another tenant's pages.
       await tpage.goto(`${spillway.base}/console#/tenants/${OTHER}`);

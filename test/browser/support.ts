@@ -24,7 +24,10 @@ export async function launchChromium(): Promise<Browser> {
   return chromium.launch({ executablePath, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
 }
 
-/** A real `spillway start` child process; resolves once it printed its admin URL. */
+/**
+ * A real `spillway start` child process; resolves once it printed its admin URL (and, for a role
+ * with ingest, its ingest URL: the two lines are separate writes and may arrive apart).
+ */
 export interface RunningSpillway {
   proc: Spawned;
   base: string;
@@ -34,13 +37,16 @@ export interface RunningSpillway {
 
 export async function startSpillway(env: Record<string, string>, role = 'all'): Promise<RunningSpillway> {
   const proc = spawnSpillway(['start', '--role', role], env);
+  const withIngest = role === 'all' || role === 'ingest';
   const m = (await waitFor(
     () => {
       if (proc.child.exitCode !== null)
         throw new Error(`spillway start exited ${proc.child.exitCode}: ${proc.stderr()}${proc.stdout()}`);
-      return /admin:\s+(http:\/\/\S+)/.exec(proc.stdout());
+      const out = proc.stdout();
+      if (withIngest && !/ingest:\s+http:\/\/[^:]+:\d+/.test(out)) return null;
+      return /admin:\s+(http:\/\/\S+)/.exec(out);
     },
-    'spillway start to print its admin URL',
+    'spillway start to print its URLs',
     60_000,
   )) as RegExpExecArray;
   const ingest = /ingest:\s+http:\/\/[^:]+:(\d+)/.exec(proc.stdout());

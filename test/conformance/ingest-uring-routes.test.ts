@@ -64,7 +64,7 @@ describe.skipIf(!probe.ok)('ingest role → io_uring addon: per-source body caps
 
   beforeAll(async () => {
     started.push(await start('ingest', env));
-    store = new ConfigStore(started[0]!.rt.redis, started[0]!.rt.keys);
+    store = new ConfigStore(started[0]!.rt.redis, started[0]!.rt.keys, started[0]!.rt.secrets);
     await store.createTenant({
       id: tenantId,
       limits: { maxInFlight: 100, concurrency: 4 },

@@ -17,4 +17,9 @@ describe('io_uring backend availability', () => {
   });
 });
 
-if (probe.ok) runIngestConformance('io_uring', (opts) => createUringServer(opts));
+if (probe.ok) {
+  runIngestConformance('io_uring', (opts) => createUringServer(opts));
+  // TLS and h2c connections leave the ring for the node half (docs/ingest.md, "One port").
+  for (const transport of ['tls-http1', 'tls-h2', 'h2c'] as const)
+    runIngestConformance('io_uring', (opts) => createUringServer(opts), { transport });
+}

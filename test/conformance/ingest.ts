@@ -1,5 +1,5 @@
 /**
- * The ingest conformance suite: every behaviour CONTRACT.md "Ingest" and issue 7 ask of an ingest
+ * The ingest conformance suite: every behaviour docs/ingest.md and issue 7 ask of an ingest
  * backend, run against any IngestServer implementation with the shared pipeline in front of it.
  *   runIngestConformance('node', (opts) => createNodeServer(opts))
  * Providers sign with their own libraries; Redis is real (a private redis-server for the
@@ -23,6 +23,8 @@ import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { randomPrefix } from '../helpers/env.ts';
+import { makeTestCerts, type TestCerts } from '../helpers/tls.ts';
+import { type Client, makeClient, type Transport } from './clients.ts';
 import {
   createTestIntake,
   createTestRateGate,
@@ -42,33 +44,6 @@ interface Served {
   port: number;
   pipeline: IngestPipeline;
   server: IngestServer;
-}
-
-interface Reply {
-  status: number;
-  headers: Headers;
-  json: Record<string, unknown> | undefined;
-}
-
-async function post(
-  url: string,
-  body: Buffer | string,
-  headers: Record<string, string> = {},
-  method = 'POST',
-): Promise<Reply> {
-  const res = await fetch(url, {
-    method,
-    body: method === 'GET' ? undefined : body,
-    headers: { 'content-type': 'application/json', ...headers },
-  });
-  const text = await res.text();
-  let json: Record<string, unknown> | undefined;
-  try {
-    json = text ? (JSON.parse(text) as Record<string, unknown>) : undefined;
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, json };
 }
 
 /** Sends a chunked body (no Content-Length) of `total` bytes in `chunk`-sized writes, honouring backpressure. */
@@ -125,9 +100,28 @@ async function metricValueAsync(name: string, labels: Record<string, string>): P
   return sum;
 }
 
-export function runIngestConformance(name: string, makeServer: MakeIngestServer): void {
-  describe(`ingest conformance: ${name}`, () => {
+export interface ConformanceOptions {
+  /**
+   * How the suite's client talks to the server. Default `http1` (in the clear): every case. The
+   * others (`tls-http1`, `tls-h2`: the server gets a test CA's certificate; `h2c`) run the provider
+   * cases — signatures, dedup, replays — through that transport; the cases about HTTP/1.1 framing,
+   * sockets and budgets stay on `http1`.
+   */
+  transport?: Transport;
+}
+
+export function runIngestConformance(
+  name: string,
+  makeServer: MakeIngestServer,
+  conf: ConformanceOptions = {},
+): void {
+  const transport = conf.transport ?? 'http1';
+  describe(`ingest conformance: ${name}${transport === 'http1' ? '' : ` over ${transport}`}`, () => {
     const logger = createLogger('silent');
+    const certs: TestCerts | undefined = transport.startsWith('tls') ? makeTestCerts() : undefined;
+    const client: Client = makeClient(transport, certs?.ca);
+    // Every case below posts through the suite's transport.
+    const post = client.post.bind(client);
     const tenantId = `tn-${randomBytes(3).toString('hex')}`;
     let keys: Keys;
     let intake: TestIntake;
@@ -150,10 +144,16 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         bodyBudgetBytes: 64 * 1024 * 1024,
         ...pipe,
       });
-      const srv = makeServer({ handler: pipeline, port: 0, host: '127.0.0.1', ...server });
+      const srv = makeServer({
+        handler: pipeline,
+        port: 0,
+        host: '127.0.0.1',
+        ...(certs && { tls: { cert: certs.cert, key: certs.key } }),
+        ...server,
+      });
       servers.push(srv);
       const { port } = await srv.listen();
-      return { base: `http://127.0.0.1:${port}`, port, pipeline, server: srv };
+      return { base: client.base(port), port, pipeline, server: srv };
     }
 
     function source(kind: Source['kind'], extra: Partial<Source> = {}): Source {
@@ -183,9 +183,11 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       while (closers.length) await closers.pop()!();
     });
     afterAll(async () => {
+      client.close();
       for (const s of servers) await s.close().catch(() => {});
       for (const c of closersAll) await c();
       intake.close();
+      certs?.remove();
     });
 
     describe('github (X-Hub-Signature-256, @octokit/webhooks-methods)', () => {
@@ -414,6 +416,88 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
       });
     });
 
+    describe('secret rotation: the previous secret verifies until its expiresAt, for every kind', () => {
+      /** A signed request of `kind` made with `secret` by the provider's own code, and its event id. */
+      const signed = async (
+        kind: Source['kind'],
+        secret: string,
+      ): Promise<{ id: string; body: Buffer; headers: Record<string, string> }> => {
+        const id = `rot-${randomBytes(6).toString('hex')}`;
+        const now = new Date();
+        const body =
+          kind === 'stripe'
+            ? rawBody({ id, type: 'invoice.paid' })
+            : rawBody(kind === 'standard' ? { type: 'user.created' } : {});
+        const headers: Record<string, string> =
+          kind === 'github'
+            ? {
+                'x-hub-signature-256': await githubSign(secret, body.toString('utf8')),
+                'x-github-event': 'push',
+                'x-github-delivery': id,
+              }
+            : kind === 'shopify'
+              ? {
+                  'x-shopify-hmac-sha256': createHmac('sha256', secret).update(body).digest('base64'),
+                  'x-shopify-topic': 'orders/create',
+                  'x-shopify-webhook-id': id,
+                }
+              : kind === 'stripe'
+                ? {
+                    'stripe-signature': stripe.webhooks.generateTestHeaderString({
+                      payload: body.toString(),
+                      secret,
+                    }),
+                  }
+                : {
+                    'webhook-id': id,
+                    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+                    'webhook-signature': new Webhook(secret).sign(id, now, body),
+                  };
+        return { id, body, headers };
+      };
+      const newSecret = (kind: Source['kind']) =>
+        kind === 'standard' || kind === 'stripe'
+          ? `whsec_${randomBytes(24).toString('base64')}`
+          : `s3cret-${randomBytes(8).toString('hex')}`;
+
+      for (const kind of ['github', 'stripe', 'shopify', 'standard'] as const) {
+        it(`${kind}: current and previous secrets verify; an expired previous one and a stranger's do not`, async () => {
+          const current = newSecret(kind);
+          const previous = newSecret(kind);
+          const expired = newSecret(kind);
+          const src = source(kind, {
+            secret: current,
+            previousSecrets: [
+              { secret: previous, expiresAt: new Date(Date.now() + 60_000).toISOString() },
+              { secret: expired, expiresAt: new Date(Date.now() - 1000).toISOString() },
+            ],
+          });
+          const url = `${main.base}/ingest/${src.id}`;
+          for (const [secret, status] of [
+            [current, 202],
+            [previous, 202],
+            [expired, 401],
+            [newSecret(kind), 401],
+          ] as const) {
+            const req = await signed(kind, secret);
+            const r = await post(url, req.body, req.headers);
+            expect(
+              r.status,
+              `${kind} signed with the ${secret === current ? 'current' : secret === previous ? 'previous' : 'expired or unknown'} secret`,
+            ).toBe(status);
+            expect(await accepted(req.id)).toHaveLength(status === 202 ? 1 : 0);
+          }
+          // Once the overlap has ended (the source as ingest reads it after the change), the old one stops.
+          sources.add({
+            ...src,
+            previousSecrets: [{ secret: previous, expiresAt: new Date(Date.now() - 1).toISOString() }],
+          });
+          const late = await signed(kind, previous);
+          expect((await post(url, late.body, late.headers)).status).toBe(401);
+        });
+      }
+    });
+
     describe('dedup on the provider id', () => {
       const githubPost = async (src: Source, delivery: string) => {
         const body = rawBody({});
@@ -466,11 +550,15 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           });
         const first = randomBytes(8).toString('hex');
         expect((await send(first)).status).toBe(202);
-        const replay = await send(randomBytes(8).toString('hex'));
+        // Answered as a duplicate of the id it came with (the guard keeps the owner's fingerprint
+        // only: docs/contract-changes.md).
+        const fresh = randomBytes(8).toString('hex');
+        const replay = await send(fresh);
         expect(replay.status).toBe(200);
-        expect(replay.json).toEqual({ id: first, duplicate: true });
-        const relabelled = await send(randomBytes(8).toString('hex'), 'push');
-        expect(relabelled.json).toEqual({ id: first, duplicate: true });
+        expect(replay.json).toEqual({ id: fresh, duplicate: true });
+        const relabel = randomBytes(8).toString('hex');
+        const relabelled = await send(relabel, 'push');
+        expect(relabelled.json).toEqual({ id: relabel, duplicate: true });
         // GitHub's own redelivery: same body, same id.
         expect((await send(first)).json).toEqual({ id: first, duplicate: true });
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
@@ -488,20 +576,20 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
         const src = source('github');
         const body = Buffer.from(`{"action":"synchronize","n":"${randomBytes(6).toString('hex')}"}`);
         const sig = await githubSign(src.secret, body.toString('utf8'));
+        const ids = Array.from({ length: 8 }, () => randomBytes(8).toString('hex'));
         const replies = await Promise.all(
-          Array.from({ length: 8 }, () =>
+          ids.map((id) =>
             post(`${guarded.base}/ingest/${src.id}`, body, {
               'x-hub-signature-256': sig,
               'x-github-event': 'pull_request',
-              'x-github-delivery': randomBytes(8).toString('hex'),
+              'x-github-delivery': id,
             }),
           ),
         );
-        const won = replies.filter((r) => r.status === 202);
-        expect(won).toHaveLength(1);
-        const owner = (won[0]!.json as { id: string }).id;
-        for (const r of replies.filter((x) => x.status !== 202))
-          expect(r.json).toEqual({ id: owner, duplicate: true });
+        expect(replies.filter((r) => r.status === 202)).toHaveLength(1);
+        replies.forEach((r, i) => {
+          if (r.status !== 202) expect(r.json).toEqual({ id: ids[i], duplicate: true });
+        });
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
       });
 
@@ -517,11 +605,15 @@ export function runIngestConformance(name: string, makeServer: MakeIngestServer)
           });
         const first = randomBytes(8).toString('hex');
         expect((await send(a, first)).status).toBe(202);
-        expect((await send(a, randomBytes(8).toString('hex'))).json).toEqual({ id: first, duplicate: true });
+        const fresh = randomBytes(8).toString('hex');
+        expect((await send(a, fresh)).json).toEqual({ id: fresh, duplicate: true });
         // The same bytes sent to another source (another shop) are that source's own event.
         expect((await send(b, randomBytes(8).toString('hex'))).status).toBe(202);
       });
     });
+
+    // Everything from here on is about HTTP/1.1 framing, raw sockets and budgets: http1 only.
+    if (transport !== 'http1') return;
 
     describe('cheap checks before the body', () => {
       it('404 for an unknown source and for other paths, 405 with Allow for other methods', async () => {

@@ -66,7 +66,7 @@ export function createTestIntake(url: string, keys: Keys, windowMs = 60_000): Te
         stored = await redis.eval(
           SUBMIT,
           2,
-          keys.dedup(event.tenantId, event.id),
+          `${keys.dedupBase(event.tenantId)}:test:${event.id}`,
           acceptedKey(keys, event.tenantId),
           windowMs,
           json,

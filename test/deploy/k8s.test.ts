@@ -1,7 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { ROLES } from '@spillway/router';
-import { DEFAULTS, loadConfig, requireAdminToken } from '@spillway/shared';
+import { DEFAULTS, loadConfig, requireAdminToken, secretBoxOf } from '@spillway/shared';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { type Container, type K8sObject, podSpecOf, type Rendered, render } from './kustomize.ts';
@@ -189,14 +190,20 @@ describe('deploy/k8s', () => {
       const env: Record<string, string> = { ...config.data, ...secret.stringData };
       for (const e of c.env ?? []) env[e.name] = e.value;
       for (const key of Object.keys(env)) expect(known, `${role}: ${key}`).toContain(key);
-      const loaded = loadConfig(env);
+      // The shipped placeholders are refused at start, each naming its variable.
+      expect(() => loadConfig(env)).toThrow(/^SPILLWAY_SECRET_KEY must be 32 random bytes/);
+      const key = randomBytes(32).toString('base64');
+      const loaded = loadConfig({ ...env, SPILLWAY_SECRET_KEY: key });
       expect(loaded.redis).toBeDefined();
       expect(loaded.kafkaBrokers.length, role).toBe(3);
-      // The shipped placeholder token is refused at start, naming the variable.
+      expect(secretBoxOf(loaded).encrypted).toBe(true);
+      expect(secretBoxOf(loaded).box.keyIds).toHaveLength(1);
       expect(() => requireAdminToken(loaded)).toThrow(/SPILLWAY_ADMIN_TOKEN/);
-      expect(requireAdminToken(loadConfig({ ...env, SPILLWAY_ADMIN_TOKEN: 'x'.repeat(32) }))).toHaveLength(
-        32,
-      );
+      expect(
+        requireAdminToken(
+          loadConfig({ ...env, SPILLWAY_SECRET_KEY: key, SPILLWAY_ADMIN_TOKEN: 'x'.repeat(32) }),
+        ),
+      ).toHaveLength(32);
     }
   });
 

@@ -84,6 +84,37 @@ describe('spillway start', () => {
     expect(p.stderr()).toContain('SPILLWAY_ADMIN_TOKEN');
   });
 
+  it('without SPILLWAY_SECRET_KEY start runs and says in one warning that secrets are unencrypted; a malformed one exits non-zero naming it, never echoing it', async () => {
+    const env = testEnv({ SPILLWAY_ADMIN_PORT: '0', SPILLWAY_LOG_LEVEL: 'warn' });
+    delete (env as Record<string, string | undefined>).SPILLWAY_SECRET_KEY;
+    const missing = spawnSpillway(['start', '--role', 'admin'], env);
+    try {
+      await waitFor(
+        () => /admin:\s+http/.test(missing.stdout()),
+        'admin role to start without a secret key',
+        30_000,
+      );
+      const all = missing.stdout() + missing.stderr();
+      expect(all.match(/SPILLWAY_SECRET_KEY is not set/g)).toHaveLength(1);
+    } finally {
+      missing.child.kill('SIGTERM');
+      await missing.exited;
+    }
+    // 31 bytes: one short.
+    const short = randomBytes(31).toString('hex');
+    for (const [name, value] of [
+      ['SPILLWAY_SECRET_KEY', short],
+      ['SPILLWAY_SECRET_KEY_PREVIOUS', `${randomBytes(32).toString('base64')},${short}`],
+    ] as const) {
+      const p = spawnSpillway(['start', '--role', 'admin'], testEnv({ [name]: value }));
+      expect(await p.exited).toBe(1);
+      const lines = p.stderr().trim().split('\n');
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toContain(name);
+      expect(lines[0]).not.toContain(short);
+    }
+  });
+
   it('starts all roles, prints the URLs, and /readyz answers 200 against real Redis and Kafka', async () => {
     const p = spawnSpillway(['start'], testEnv());
     try {

@@ -3,6 +3,7 @@ import { sign as githubSign } from '@octokit/webhooks-methods';
 import { ConfigStore, type Started, start } from '@spillway/router';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import { seedGithubSourceIn } from '../helpers/github-source.ts';
 import { PrivateRedis } from '../helpers/redis-server.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -21,21 +22,7 @@ describe('ingest role across a Redis restart', () => {
     own = new PrivateRedis();
     await own.start();
     sp = await start('ingest', testEnv({ SPILLWAY_REDIS_URL: own.url, SPILLWAY_INGEST_BACKEND: 'node' }));
-    const store = new ConfigStore(sp.rt.redis, sp.rt.keys);
-    await store.createTenant({
-      id: tenant,
-      limits: { maxInFlight: 100, concurrency: 4 },
-      status: 'active',
-      createdAt: new Date().toISOString(),
-    });
-    await store.createSource({
-      id: sourceId,
-      tenantId: tenant,
-      kind: 'github',
-      secret: 'sec',
-      maxBodyBytes: 65536,
-      createdAt: new Date().toISOString(),
-    });
+    await seedGithubSourceIn(new ConfigStore(sp.rt.redis, sp.rt.keys, sp.rt.secrets), { tenant, sourceId });
   });
 
   afterAll(async () => {

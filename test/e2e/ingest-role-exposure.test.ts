@@ -4,6 +4,7 @@ import { ConfigStore, type Started, start } from '@spillway/router';
 import { loadConfig } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testEnv } from '../helpers/env.ts';
+import { seedGithubSourceIn } from '../helpers/github-source.ts';
 import { spawnSpillway } from '../helpers/spawn.ts';
 
 /**
@@ -20,23 +21,7 @@ afterEach(async () => {
 async function ingestWithSource(env: Record<string, string>) {
   const sp = await start('ingest', testEnv(env));
   started.push(sp);
-  const store = new ConfigStore(sp.rt.redis, sp.rt.keys);
-  const tenant = `t-${randomBytes(3).toString('hex')}`;
-  const sourceId = `gh-${randomBytes(6).toString('hex')}`;
-  await store.createTenant({
-    id: tenant,
-    limits: { maxInFlight: 100, concurrency: 4 },
-    status: 'active',
-    createdAt: new Date().toISOString(),
-  });
-  await store.createSource({
-    id: sourceId,
-    tenantId: tenant,
-    kind: 'github',
-    secret: 'sec',
-    maxBodyBytes: 65536,
-    createdAt: new Date().toISOString(),
-  });
+  const { sourceId } = await seedGithubSourceIn(new ConfigStore(sp.rt.redis, sp.rt.keys, sp.rt.secrets));
   const send = async () => {
     const body = `{"n":"${randomBytes(4).toString('hex')}"}`;
     const res = await fetch(`http://127.0.0.1:${sp.ingestPort}/ingest/${sourceId}`, {

@@ -209,4 +209,66 @@ describe('router flow', () => {
     );
     expect(r.requests).toBe(0);
   });
+
+  it('an id deleted and created again is a new owner: the old tasks are discarded and counted, its history is not shown', async () => {
+    const s = await setup({ SPILLWAY_RETRY_SCHEDULE: '5s' });
+    const old = await s.receiver();
+    const failing = await s.receiver(() => ({ status: 500 }));
+    // A: paused, so its tasks wait in the spill log; then the tenant (and its endpoint) is deleted
+    // and created again under the same ids. B: its endpoint answers 500, so its tasks wait in
+    // retry jobs; then the endpoint alone is deleted and created again under its id.
+    const a = await makeTenant(s.store, { maxInFlight: 10 });
+    await makeEndpoint(s.store, a.id, old.url, { id: 'hook' });
+    await s.store.updateTenant(a.id, (x) => ({ ...x, status: 'paused' }));
+    const b = await makeTenant(s.store, { maxInFlight: 10 });
+    await makeEndpoint(s.store, b.id, failing.url, { id: 'hook' });
+    const w = await s.worker();
+    for (let i = 0; i < 8; i++) await s.services.intake.submit(makeEvent(a.id, `old-a${i}`));
+    for (let i = 0; i < 5; i++) await s.services.intake.submit(makeEvent(b.id, `old-b${i}`));
+    await waitFor(() => w.spill.sent >= 8 && failing.requests >= 5, "A's tasks spilled, B's retrying");
+    await waitFor(
+      async () => (await s.services.history.listEvents(a.id, { limit: 100 })).data.length === 8,
+      "A's old events in the event log",
+    );
+    // The worker stops, so nothing is settled while the ids change hands: the new worker finds
+    // every old task under a live tenant and endpoint of the same ids.
+    await s.stopWorker(w);
+    await sleep(1200); // past the clock-skew allowance of an incarnation's start (config/incarnation.ts)
+    await s.store.deleteTenant(a.id);
+    await makeTenant(s.store, { maxInFlight: 10 }, a.id);
+    const fresh = await s.receiver();
+    await makeEndpoint(s.store, a.id, fresh.url, { id: 'hook' });
+    await s.store.deleteEndpoint(b.id, 'hook');
+    await makeEndpoint(s.store, b.id, fresh.url, { id: 'hook' });
+
+    const before = await scrape();
+    const discarded = (x: Awaited<ReturnType<typeof scrape>>) =>
+      x.value('spillway_tasks_discarded_total', { reason: 'endpoint_deleted' });
+    await s.worker();
+    for (let i = 0; i < 3; i++) await s.services.intake.submit(makeEvent(a.id, `new-a${i}`));
+    for (let i = 0; i < 2; i++) await s.services.intake.submit(makeEvent(b.id, `new-b${i}`));
+    await waitFor(
+      async () => discarded(await scrape()) - discarded(before) === 13,
+      'the 8 spilled and 5 retrying old tasks discarded and counted',
+      30_000,
+    );
+    await waitFor(() => fresh.got.size === 5, 'the new events delivered');
+    await sleep(500);
+    expect([...fresh.got.keys()].sort()).toEqual(['new-a0', 'new-a1', 'new-a2', 'new-b0', 'new-b1']);
+    expect(old.requests).toBe(0);
+    // The old owner's history is not the new one's: event log, its events, the endpoint's attempts.
+    await waitFor(
+      async () => (await s.services.history.listEvents(a.id, { limit: 100 })).data.length === 3,
+      "A's new events logged",
+    );
+    expect((await s.services.history.listEvents(a.id, { limit: 100 })).data.map((e) => e.id).sort()).toEqual([
+      'new-a0',
+      'new-a1',
+      'new-a2',
+    ]);
+    expect(await s.services.history.findEvent(a.id, 'old-a0')).toBeUndefined();
+    const attempts = await s.services.history.endpointAttempts(b.id, 'hook', { limit: 100 });
+    expect(attempts.data.every((x) => x.eventId.startsWith('new-'))).toBe(true);
+    expect(await s.services.history.failedSince(b.id, 'hook', 0)).toEqual([]);
+  });
 });

@@ -1,17 +1,14 @@
-import { ConfigStore, createRouterServices, createRuntime } from '@spillway/router';
-import { loadConfig } from '@spillway/shared';
-import { afterAll, describe, expect, it } from 'vitest';
-import { testEnv } from '../helpers/env.ts';
+import { ConfigStore, createRouterServices } from '@spillway/router';
+import { describe, expect, it } from 'vitest';
 import {
   createSpillTopic,
-  dropSpillTopic,
   makeEndpoint,
   makeEvent,
   makeTenant,
-  ROUTER_TEST_ENV,
   startReceiver,
+  workerProcessFixture,
 } from '../helpers/router-fixtures.ts';
-import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import type { Spawned } from '../helpers/spawn.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 /**
@@ -20,26 +17,7 @@ import { waitFor } from '../helpers/wait.ts';
  * restarted; every accepted event id must reach the endpoint (duplicates allowed, counted).
  */
 describe('no loss under kill -9 of a worker', () => {
-  const env = testEnv(ROUTER_TEST_ENV);
-  const rt = createRuntime(loadConfig(env));
-  const children: Spawned[] = [];
-  afterAll(async () => {
-    for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
-    await rt.close();
-    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
-  });
-
-  const startWorker = async () => {
-    const c = spawnSpillway(['start', '--role', 'worker'], env);
-    children.push(c);
-    await waitFor(
-      () => /running/.test(c.stdout()) || c.child.exitCode !== null,
-      'the worker to start',
-      30_000,
-    );
-    expect(c.child.exitCode, c.stderr()).toBeNull();
-    return c;
-  };
+  const { rt, startWorker } = workerProcessFixture();
   const kill9 = async (c: Spawned) => {
     c.child.kill('SIGKILL');
     await c.exited;
@@ -49,7 +27,7 @@ describe('no loss under kill -9 of a worker', () => {
     timeout: 180_000,
   }, async () => {
     await createSpillTopic(rt);
-    const store = new ConfigStore(rt.redis, rt.keys);
+    const store = new ConfigStore(rt.redis, rt.keys, rt.secrets);
     const services = createRouterServices(rt);
     const r = await startReceiver(() => ({ status: 200, delayMs: 15 }));
     try {

@@ -37,7 +37,13 @@ describe('several workers', () => {
     await submit(1000, 1500);
     await waitFor(() => ids.every((id) => r.got.has(id)), 'every id delivered', 90_000, 100);
 
-    const delivered = [w0, w1, w2].map((w) => w.engine.snapshot()[t.id]?.delivered ?? 0);
+    // The receiver records an id when the request arrives and answers 10 ms later; a worker counts
+    // the delivery once it has the answer: wait for the last ones on the wire to be counted.
+    const counted = () => [w0, w1, w2].map((w) => w.engine.snapshot()[t.id]?.delivered ?? 0);
+    await waitFor(() => counted().reduce((a, b) => a + b, 0) >= 1500, 'every delivery counted', 10_000).catch(
+      () => {},
+    );
+    const delivered = counted();
     console.log(
       `delivered per worker: ${delivered.join(', ')}; duplicates ${[...r.got.values()].reduce((n, c) => n + c - 1, 0)}`,
     );

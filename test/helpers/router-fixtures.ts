@@ -10,9 +10,18 @@ import {
   type Runtime,
   type WorkerHandle,
 } from '@spillway/router';
-import type { Endpoint, SpillwayEvent, Tenant, TenantLimits } from '@spillway/shared';
-import { testConfig } from './env.ts';
+import {
+  type Endpoint,
+  loadConfig,
+  type SpillwayEvent,
+  type Tenant,
+  type TenantLimits,
+} from '@spillway/shared';
+import { afterAll } from 'vitest';
+import { testConfig, testEnv } from './env.ts';
 import { withKafkaAdmin } from './kafka-broker.ts';
+import { type Spawned, spawnSpillway } from './spawn.ts';
+import { waitFor } from './wait.ts';
 
 /** A receiver on 127.0.0.1:0 that counts every webhook-id it got (duplicates counted). */
 export interface Receiver {
@@ -21,8 +30,14 @@ export interface Receiver {
   got: Map<string, number>;
   /** Requests seen, including the ones answered with an error. */
   requests: number;
-  /** What to answer; default 200 immediately. */
-  behave: (req: IncomingMessage) => { status: number; delayMs?: number };
+  /**
+   * What to answer (given the request and its whole body); default 200 immediately. `answering`
+   * runs just before the answer is written, so a test can count a request open until then.
+   */
+  behave: (
+    req: IncomingMessage,
+    body: Buffer,
+  ) => { status: number; delayMs?: number; answering?: () => void };
   close(): Promise<void>;
 }
 
@@ -33,8 +48,9 @@ export async function startReceiver(behave: Receiver['behave'] = () => ({ status
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       r.requests++;
-      const { status, delayMs } = r.behave(req);
+      const { status, delayMs, answering } = r.behave(req, Buffer.concat(chunks));
       const answer = () => {
+        answering?.();
         if (status >= 200 && status < 300) {
           const id = String(req.headers['webhook-id']);
           r.got.set(id, (r.got.get(id) ?? 0) + 1);
@@ -149,7 +165,7 @@ export async function routerHarness(
 ): Promise<RouterHarness> {
   const rt = routerRuntime(env);
   await createSpillTopic(rt, partitions);
-  const store = new ConfigStore(rt.redis, rt.keys);
+  const store = new ConfigStore(rt.redis, rt.keys, rt.secrets);
   const services = createRouterServices(rt);
   const workers = new Set<WorkerHandle>();
   const receivers: Receiver[] = [];
@@ -186,4 +202,33 @@ export async function routerHarness(
       return r;
     },
   };
+}
+
+/**
+ * For a suite that kills worker processes: the environment they share (ROUTER_TEST_ENV and
+ * `overrides`), a runtime on it for the test's own intake and store, and `startWorker()` — a
+ * `spillway start --role worker` child, resolved once it runs. Registers an afterAll that SIGKILLs
+ * the children still up, closes the runtime and drops the spill topic.
+ */
+export function workerProcessFixture(overrides: Record<string, string> = {}) {
+  const env = testEnv({ ...ROUTER_TEST_ENV, ...overrides });
+  const rt = createRuntime(loadConfig(env));
+  const children: Spawned[] = [];
+  afterAll(async () => {
+    for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
+    await rt.close();
+    await dropSpillTopic(rt.config.kafkaBrokers, rt.config.spillTopic);
+  });
+  const startWorker = async (): Promise<Spawned> => {
+    const c = spawnSpillway(['start', '--role', 'worker'], env);
+    children.push(c);
+    await waitFor(
+      () => /running/.test(c.stdout()) || c.child.exitCode !== null,
+      'the worker to start',
+      30_000,
+    );
+    if (c.child.exitCode !== null) throw new Error(`the worker exited ${c.child.exitCode}: ${c.stderr()}`);
+    return c;
+  };
+  return { env, rt, startWorker };
 }

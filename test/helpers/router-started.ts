@@ -34,3 +34,33 @@ export async function startRouter(
     },
   };
 }
+
+/** An answer of the admin API: its status and parsed JSON body (undefined when empty). */
+export interface AdminAnswer {
+  status: number;
+  // biome-ignore lint/suspicious/noExplicitAny: tests read whatever JSON the route answered
+  body: any;
+}
+
+/** Calls the router's admin API with its admin token (or `token`). */
+export function adminCall(r: StartedRouter, token?: string) {
+  return async (
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<AdminAnswer> => {
+    const h: Record<string, string> = {
+      authorization: `Bearer ${token ?? r.env.SPILLWAY_ADMIN_TOKEN}`,
+      ...headers,
+    };
+    if (body !== undefined) h['content-type'] = 'application/json';
+    const res = await fetch(r.base + path, {
+      method,
+      headers: h,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : undefined };
+  };
+}

@@ -10,12 +10,22 @@ export interface Spawned {
   exited: Promise<number | null>;
 }
 
-/** Runs the real `spillway` CLI as a child process (same Node as the tests). */
-export function spawnSpillway(args: string[], env: Record<string, string>): Spawned {
-  const child = spawn(process.execPath, [SPILLWAY_BIN, ...args], {
+/**
+ * Runs the real `spillway` CLI as a child process (same Node as the tests). `opts.stdin`: written to
+ * its stdin, which is then closed (otherwise stdin is not connected). `opts.wrap`: a command to run
+ * it under (e.g. `setpriv ... --`).
+ */
+export function spawnSpillway(
+  args: string[],
+  env: Record<string, string>,
+  opts: { stdin?: string; wrap?: string[] } = {},
+): Spawned {
+  const argv = [...(opts.wrap ?? []), process.execPath, SPILLWAY_BIN, ...args];
+  const child = spawn(argv[0]!, argv.slice(1), {
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [opts.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   });
+  if (opts.stdin !== undefined) child.stdin?.end(opts.stdin);
   let out = '';
   let err = '';
   child.stdout?.on('data', (d) => {

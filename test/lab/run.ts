@@ -11,6 +11,7 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { fingerprint } from '@spillway/router/testing';
 import { createKeys, type Source } from '@spillway/shared';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
@@ -372,16 +373,15 @@ async function main(): Promise<number> {
       if (parked && p)
         note += `; parked: accepted ${parked.accepted.size}, delivered ${p.delivered}, lost ${p.lost}`;
       if (s.lost) {
-        // What Redis still knows of each missing event: its dedup marker (on the tenant's slot, so
-        // it survives a failover of the intake slot) and its delivery record.
+        // What Redis still knows of each missing event: its accepted marker (on the tenant's slot,
+        // so it survives a failover of the intake slot; it lives a minute after the accept).
         const keys = createKeys(c.prefix);
         const seen = await Promise.all(
           s.missing.map(async (id) => {
-            const [marker, record] = await Promise.all([
-              c!.redis.get(keys.dedup('acme', id)).catch(() => 'error'),
-              c!.redis.exists(keys.event('acme', id)).catch(() => -1),
-            ]);
-            return `${id} (dedup=${marker ?? 'none'}, record=${record ? 'yes' : 'no'})`;
+            const marker = await c!.redis
+              .get(`${keys.dedupBase('acme')}:p:${fingerprint(id).dedup}`)
+              .catch(() => 'error');
+            return `${id} (dedup marker=${marker ?? 'none'})`;
           }),
         );
         note += `; missing e.g. ${seen.join(', ')}`;

@@ -1,12 +1,14 @@
 import type { Endpoint, Keys, Logger, RateGate, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
 import { channels, VERSION } from '@spillway/shared';
 import pLimit, { type LimitFunction } from 'p-limit';
+import { batchBody, batchId } from './batch.ts';
 import { AttemptFailure, type BreakerOptions, type BreakerStateName, Breakers } from './breakers.ts';
 import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
 import { attemptSeconds, attemptsTotal, inFlightGauge } from './metrics.ts';
+import { type EndpointPlan, planOf } from './plan.ts';
 import { TenantPools } from './pools.ts';
 import { parseRetryAfter } from './retry.ts';
-import { signingSecrets, signPayload } from './sign.ts';
+import { signEd25519, signingSecrets, signPayload } from './sign.ts';
 import type { LookupFn } from './ssrf.ts';
 
 /** One delivery of one event to one endpoint, as the router hands it over. */
@@ -17,12 +19,18 @@ export interface DeliveryTask {
   /** 1-based: the attempt about to be made. */
   attempt: number;
   event: SpillwayEvent;
+  /**
+   * Set while the router's ordered store owns the task (an endpoint with per-key ordering): its
+   * sequence number within (tenant, orderingKey). Never written to a wire form.
+   */
+  seq?: number;
 }
 
 /**
  * Why an attempt did not deliver. `http_<status>` for an answer outside 2xx; the rest name what
  * went wrong before or instead of an answer. Permanent ones (no more attempts): `gone` (HTTP 410,
- * the router disables the endpoint), `target_forbidden` (SSRF guard), `invalid_url`.
+ * the router disables the endpoint), `target_forbidden` (SSRF guard), `invalid_url`, and a
+ * `http_<status>` the endpoint listed in `retry.permanentStatuses` (a `fail`, not a `retry`).
  */
 export type FailureReason =
   | `http_${number}`
@@ -44,10 +52,21 @@ export type FailureReason =
  * - `deferred`: no request was made because the endpoint's breaker is open; no slot was held.
  */
 export type AttemptOutcome =
-  | { kind: 'delivered'; status: number; durationMs: number }
-  | { kind: 'retry'; status?: number; error: FailureReason; retryAfterMs?: number }
-  | { kind: 'fail'; status?: number; error: FailureReason }
+  | ({ kind: 'delivered'; status: number; durationMs: number } & AttemptDetail)
+  | ({ kind: 'retry'; status?: number; error: FailureReason; retryAfterMs?: number } & AttemptDetail)
+  | ({ kind: 'fail'; status?: number; error: FailureReason } & AttemptDetail)
   | { kind: 'deferred'; reason: 'breaker_open'; retryAfterMs: number };
+
+/** What the attempt history keeps of a request that was made (absent when none was). */
+export interface AttemptDetail {
+  /** Time from sending the request to its end. */
+  durationMs?: number;
+  /** The first EXCERPT_BYTES of the response body. */
+  excerpt?: Buffer;
+}
+
+/** Bytes of a response body kept as the attempt's excerpt. */
+export const EXCERPT_BYTES = 1024;
 
 export interface DispatcherOptions {
   redis: RedisClient;
@@ -71,6 +90,8 @@ export interface DispatcherOptions {
 }
 
 const DEFAULT_CONCURRENCY = 16;
+/** `spillway-event-type` of a batch (each element carries its own `type`). */
+export const BATCH_EVENT_TYPE = 'spillway.batch';
 
 interface TenantSlots {
   limit: LimitFunction;
@@ -122,31 +143,67 @@ export class Dispatcher {
     opts: { rated?: boolean } = {},
   ): Promise<AttemptOutcome> {
     const started = performance.now();
-    const outcome = await this.#dispatch(task, tenant, endpoint, opts.rated === true);
+    const outcome = await this.#dispatch([task], undefined, tenant, endpoint, opts.rated === true);
+    this.#report([task], undefined, outcome, started);
+    return outcome;
+  }
+
+  /**
+   * One request carrying several events of one endpoint (its `batch` policy): a JSON array signed
+   * as one message whose `webhook-id` is the batch's id (see batch.ts). Rate tokens are one per
+   * event (unless `opts.rated`); the batch takes one tenant slot; the outcome is the whole batch's.
+   */
+  async dispatchBatch(
+    tasks: readonly DeliveryTask[],
+    tenant: Tenant,
+    endpoint: Endpoint,
+    opts: { rated?: boolean } = {},
+  ): Promise<AttemptOutcome> {
+    const started = performance.now();
+    const id = batchId(
+      endpoint.id,
+      tasks.map((t) => t.eventId),
+    );
+    const outcome = await this.#dispatch(tasks, id, tenant, endpoint, opts.rated === true);
+    this.#report(tasks, id, outcome, started);
+    return outcome;
+  }
+
+  #report(
+    tasks: readonly DeliveryTask[],
+    batch: string | undefined,
+    outcome: AttemptOutcome,
+    started: number,
+  ): void {
     attemptsTotal.inc({ outcome: outcome.kind });
-    if (channels.deliveryAttempt.hasSubscribers)
-      channels.deliveryAttempt.publish({
-        tenantId: task.tenantId,
-        endpointId: task.endpointId,
-        eventId: task.eventId,
-        attempt: task.attempt,
-        outcome: outcome.kind === 'delivered' || outcome.kind === 'deferred' ? outcome.kind : outcome.error,
-        ...('status' in outcome && outcome.status !== undefined ? { status: outcome.status } : {}),
-        durationMs: performance.now() - started,
-      });
+    if (channels.deliveryAttempt.hasSubscribers) {
+      const durationMs = performance.now() - started;
+      for (const task of tasks)
+        channels.deliveryAttempt.publish({
+          tenantId: task.tenantId,
+          endpointId: task.endpointId,
+          eventId: task.eventId,
+          attempt: task.attempt,
+          outcome: outcome.kind === 'delivered' || outcome.kind === 'deferred' ? outcome.kind : outcome.error,
+          ...('status' in outcome && outcome.status !== undefined ? { status: outcome.status } : {}),
+          durationMs,
+          ...(batch === undefined ? {} : { batchId: batch }),
+        });
+    }
     if (outcome.kind !== 'delivered') {
+      const task = tasks[0]!;
       this.#logger.debug(
         {
           tenantId: task.tenantId,
           eventId: task.eventId,
           endpointId: task.endpointId,
           attempt: task.attempt,
+          ...(batch === undefined ? {} : { batchId: batch, events: tasks.length }),
           outcome,
         },
         'delivery attempt',
       );
     }
-    return outcome;
   }
 
   /** Whether a task of this tenant and endpoint must take rate tokens before its attempt. */
@@ -179,37 +236,44 @@ export class Dispatcher {
   }
 
   async #dispatch(
-    task: DeliveryTask,
+    tasks: readonly DeliveryTask[],
+    batch: string | undefined,
     tenant: Tenant,
     endpoint: Endpoint,
     rated: boolean,
   ): Promise<AttemptOutcome> {
-    const url = target(endpoint.url);
-    if (!url) return { kind: 'fail', error: 'invalid_url' };
+    const plan = planOf(endpoint);
+    if (!plan.target) return { kind: 'fail', error: 'invalid_url' };
+    const task = tasks[0]!;
 
     // An open breaker would refuse the attempt anyway: do not spend rate tokens on it.
     const pre = this.#breakers.admit(task.tenantId, task.endpointId);
     if (!pre.ok) return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: pre.retryAfterMs };
     if (!rated) {
-      const refused = await this.rate(task, tenant, endpoint);
-      if (refused) return refused;
+      // Rates count events: a batch takes one token per event it carries.
+      for (const t of tasks) {
+        const refused = await this.rate(t, tenant, endpoint);
+        if (refused) return refused;
+      }
     }
     // The router starts at most `concurrency` dispatches per tenant, so this limit rarely queues;
     // it is the guard that keeps a tenant's open requests at its concurrency whatever the caller.
     const slots = this.#tenantSlots(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
-    return slots.limit(() => this.#inSlot(task, tenant, endpoint, url, slots));
+    return slots.limit(() => this.#inSlot(tasks, batch, tenant, endpoint, plan, slots));
   }
 
   /** Holding one of the tenant's slots: breaker, then the request. */
   async #inSlot(
-    task: DeliveryTask,
+    tasks: readonly DeliveryTask[],
+    batch: string | undefined,
     tenant: Tenant,
     endpoint: Endpoint,
-    url: Target,
+    plan: EndpointPlan,
     slots: TenantSlots,
   ): Promise<AttemptOutcome> {
     const signal = this.#closing.signal;
     if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
+    const task = tasks[0]!;
     const entry = this.#breakers.get(task.tenantId, task.endpointId);
     const b = entry.breaker;
     if (!b.closed && !b.pendingClose)
@@ -217,7 +281,7 @@ export class Dispatcher {
     slots.open++;
     inFlightGauge.inc({ tenant: task.tenantId });
     try {
-      return (await b.fire(() => this.#attempt(task, endpoint, url, tenant))) as AttemptOutcome;
+      return (await b.fire(() => this.#attempt(tasks, batch, endpoint, plan, tenant))) as AttemptOutcome;
     } catch (err) {
       if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
       const code = (err as { code?: string }).code;
@@ -231,31 +295,59 @@ export class Dispatcher {
     }
   }
 
-  /** One HTTP attempt. Resolves on 2xx; throws AttemptFailure (carrying the outcome) otherwise. */
+  /**
+   * `webhook-signature`: `v1,<HMAC>` per live whsec_ secret (the endpoint's `signatures` include
+   * `v1`, the default) and `v1a,<Ed25519>` (they include `v1a`), space-separated, so a receiver
+   * migrating from one to the other verifies whichever it knows.
+   */
+  #signature(endpoint: Endpoint, plan: EndpointPlan, id: string, ts: number, body: Buffer): string {
+    const v1 = plan.hmac ? signPayload(signingSecrets(endpoint), id, ts, body) : '';
+    if (!plan.ed25519) return v1;
+    const v1a = signEd25519(plan.ed25519, id, ts, body);
+    return v1 === '' ? v1a : `${v1} ${v1a}`;
+  }
+
+  /**
+   * One HTTP attempt carrying one event, or a batch of them (`batch` = its id). Resolves on 2xx;
+   * throws AttemptFailure (carrying the outcome) otherwise.
+   */
   async #attempt(
-    task: DeliveryTask,
+    tasks: readonly DeliveryTask[],
+    batch: string | undefined,
     endpoint: Endpoint,
-    url: Target,
+    plan: EndpointPlan,
     tenant: Tenant,
   ): Promise<AttemptOutcome> {
     const started = performance.now();
     const ts = Math.floor(Date.now() / 1000);
-    const body = task.event.body;
-    const headers = {
-      'content-type': task.event.contentType,
-      'webhook-id': task.eventId,
+    const task = tasks[0]!;
+    const id = batch ?? task.eventId;
+    const body = batch === undefined ? task.event.body : batchBody(tasks.map((t) => t.event));
+    const headers: Record<string, string> = {
+      'content-type': batch === undefined ? task.event.contentType : 'application/json',
+      'webhook-id': id,
       'webhook-timestamp': String(ts),
-      'webhook-signature': signPayload(signingSecrets(endpoint), task.eventId, ts, body),
-      'spillway-event-type': task.event.type,
+      'webhook-signature': this.#signature(endpoint, plan, id, ts, body),
+      'spillway-event-type': batch === undefined ? task.event.type : BATCH_EVENT_TYPE,
       'user-agent': this.#userAgent,
     };
+    if (batch !== undefined) headers['spillway-batch-count'] = String(tasks.length);
+    // Static headers and credentials never replace Spillway's own (the admin API refuses those names).
+    if (plan.headers) for (const k in plan.headers) headers[k] ??= plan.headers[k]!;
     // undici's header and body timeouts bound the attempt; close() destroys the Agents, which
     // aborts whatever is still open. No per-attempt AbortSignal: composing one per request was
     // ~8 % of a worker's CPU.
     const timeoutMs = endpoint.timeoutMs;
+    const url = plan.target!;
     const agent = this.#pools.agent(task.tenantId, tenant.limits.concurrency || DEFAULT_CONCURRENCY);
+    let excerpt: Buffer | undefined;
     const done = (o: AttemptOutcome, counts: boolean): AttemptOutcome => {
-      attemptSeconds.observe({ outcome: o.kind }, (performance.now() - started) / 1000);
+      const took = performance.now() - started;
+      attemptSeconds.observe({ outcome: o.kind }, took / 1000);
+      if (o.kind !== 'deferred') {
+        o.durationMs ??= Math.round(took);
+        if (excerpt) o.excerpt = excerpt;
+      }
       if (o.kind === 'delivered') return o;
       throw new AttemptFailure('error' in o ? o.error : o.kind, counts, o);
     };
@@ -273,7 +365,13 @@ export class Dispatcher {
       });
       status = res.statusCode;
       retryAfter = res.headers['retry-after'];
-      // Read a little (lets keep-alive reuse the socket) and drop the rest with the socket.
+      // Keep the first EXCERPT_BYTES for the attempt history; read a little more (lets keep-alive
+      // reuse the socket) and drop the rest with the socket.
+      res.body.on('data', (c: Buffer) => {
+        if (!excerpt) excerpt = c.length > EXCERPT_BYTES ? c.subarray(0, EXCERPT_BYTES) : c;
+        else if (excerpt.length < EXCERPT_BYTES)
+          excerpt = Buffer.concat([excerpt, c]).subarray(0, EXCERPT_BYTES);
+      });
       await res.body.dump({ limit: this.#maxResponseBytes }).catch(() => {});
     } catch (err) {
       return done(
@@ -285,6 +383,8 @@ export class Dispatcher {
     if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);
     if (status === 410) return done({ kind: 'fail', status, error: 'gone' }, false);
     const counts = status >= 500 || status < 400 || status === 408 || status === 429;
+    // The endpoint said this answer will not change by waiting (its retry.permanentStatuses).
+    if (plan.permanent?.has(status)) return done({ kind: 'fail', status, error: `http_${status}` }, counts);
     if (status === 429 || status === 503) {
       const ra = parseRetryAfter(retryAfter);
       return done(
@@ -328,32 +428,6 @@ export class Dispatcher {
     this.#breakers.close();
     if (this.#ownsLimiter) await this.#limiter.close();
   }
-}
-
-/** Where an endpoint URL sends its requests. */
-interface Target {
-  origin: string;
-  path: string;
-}
-
-/**
- * Parsed endpoint URLs by URL string (every attempt needs origin and path; parsing costs more than
- * a Map get). Undefined for a URL that is not http(s). Bounded: past TARGET_CACHE_MAX it starts over.
- */
-const targets = new Map<string, Target | undefined>();
-const TARGET_CACHE_MAX = 10_000;
-
-function target(href: string): Target | undefined {
-  if (targets.has(href)) return targets.get(href);
-  let t: Target | undefined;
-  try {
-    const u = new URL(href);
-    if (u.protocol === 'http:' || u.protocol === 'https:')
-      t = { origin: u.origin, path: `${u.pathname}${u.search}` };
-  } catch {}
-  if (targets.size >= TARGET_CACHE_MAX) targets.clear();
-  targets.set(href, t);
-  return t;
 }
 
 function errorChain(err: unknown): { code?: string; name?: string; message?: string }[] {

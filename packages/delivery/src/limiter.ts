@@ -6,6 +6,7 @@ import {
   type RateGate,
   type RedisClient,
   type TakeResult,
+  withTimeout,
 } from '@spillway/shared';
 import {
   limiterRedisCalls,
@@ -16,7 +17,7 @@ import {
 } from './metrics.ts';
 
 /**
- * Leased-token rate limiter (DESIGN.md "Leased tokens", invariant 5).
+ * Leased-token rate limiter (docs/architecture.md, invariant 5: a rate-limited task holds no slot).
  *
  * The bucket lives in Redis (commands/lease-1.lua, on the Redis clock) so a rate holds across every
  * worker. Asking Redis per token would cost a round trip per delivery, so each worker leases a batch
@@ -360,17 +361,11 @@ export class LeasedLimiter implements RateGate {
   async #callRedis(s: KeyState, want: number): Promise<void> {
     this.#stats.redisCalls++;
     limiterRedisCalls.inc();
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const res = await Promise.race([
+      const res = await withTimeout(
         this.#lease(s.key, String(s.rate.perSecond), String(s.rate.burst), String(want)),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new Error(`lease call took over ${this.#opts.callTimeoutMs}ms`)),
-            this.#opts.callTimeoutMs,
-          );
-        }),
-      ]);
+        this.#opts.callTimeoutMs,
+      );
       const granted = Number(res[0]);
       const waitMs = Number(res[1]);
       const now = Date.now();
@@ -410,8 +405,6 @@ export class LeasedLimiter implements RateGate {
             : 'rate limiter cannot reach Redis: fail-closed, deliveries wait',
         );
       }
-    } finally {
-      clearTimeout(timer);
     }
   }
 

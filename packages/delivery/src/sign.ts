@@ -1,5 +1,21 @@
-import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
-import { type Endpoint, errors, generateWhsec, parseWhsec } from '@spillway/shared';
+import {
+  createHmac,
+  createPrivateKey,
+  createPublicKey,
+  createSecretKey,
+  generateKeyPairSync,
+  type KeyObject,
+  sign,
+} from 'node:crypto';
+import {
+  type Ed25519KeyPair,
+  type Endpoint,
+  errors,
+  generateWhsec,
+  liveSecrets,
+  parseWhsec,
+  rotatedSecrets,
+} from '@spillway/shared';
 
 /**
  * Standard Webhooks signing (https://www.standardwebhooks.com): the signed content is
@@ -54,11 +70,7 @@ export function signingSecrets(
   endpoint: Pick<Endpoint, 'secret' | 'previousSecrets'>,
   nowMs: number = Date.now(),
 ): string[] {
-  const out = [endpoint.secret];
-  for (const p of endpoint.previousSecrets ?? []) {
-    if (Date.parse(p.expiresAt) > nowMs && !out.includes(p.secret)) out.push(p.secret);
-  }
-  return out;
+  return liveSecrets(endpoint, nowMs);
 }
 
 /**
@@ -72,12 +84,81 @@ export function rotateSecret(
   newSecret: string = generateSecret(),
   nowMs: number = Date.now(),
 ): { secret: string; previousSecrets: { secret: string; expiresAt: string }[] } {
-  const kept = (endpoint.previousSecrets ?? []).filter((p) => Date.parse(p.expiresAt) > nowMs);
+  return rotatedSecrets(endpoint, overlapMs, newSecret, nowMs);
+}
+
+// --- Ed25519 (`v1a`) ---------------------------------------------------------------------------
+
+/** Standard Webhooks prefixes of an asymmetric key pair: secret (private) key and public key. */
+export const WHSK_PREFIX = 'whsk_';
+export const WHPK_PREFIX = 'whpk_';
+/** DER headers that turn a raw 32-byte Ed25519 seed or public key into PKCS#8 / SPKI. */
+const PKCS8_ED25519 = Buffer.from('302e020100300506032b657004220420', 'hex');
+const SPKI_ED25519 = Buffer.from('302a300506032b6570032100', 'hex');
+
+function b64(prefix: string, text: string): Buffer | undefined {
+  if (!text.startsWith(prefix)) return undefined;
+  const rest = text.slice(prefix.length);
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(rest)) return undefined;
+  return Buffer.from(rest, 'base64');
+}
+
+/**
+ * The key pair of a `whsk_` private key: base64 of the 32-byte seed followed by the 32-byte public
+ * key (the NaCl/libsodium layout), or of the seed alone. Undefined when it is neither, or when the
+ * public half does not belong to the seed.
+ */
+export function parseEd25519PrivateKey(whsk: string): Ed25519KeyPair | undefined {
+  const raw = b64(WHSK_PREFIX, whsk);
+  if (!raw || (raw.length !== 32 && raw.length !== 64)) return undefined;
+  const seed = raw.subarray(0, 32);
+  const key = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, seed]), format: 'der', type: 'pkcs8' });
+  const pub = createPublicKey(key).export({ format: 'der', type: 'spki' }).subarray(SPKI_ED25519.length);
+  if (raw.length === 64 && !raw.subarray(32).equals(pub)) return undefined;
   return {
-    secret: newSecret,
-    previousSecrets: [
-      { secret: endpoint.secret, expiresAt: new Date(nowMs + overlapMs).toISOString() },
-      ...kept,
-    ],
+    privateKey: WHSK_PREFIX + Buffer.concat([seed, pub]).toString('base64'),
+    publicKey: WHPK_PREFIX + pub.toString('base64'),
+    createdAt: new Date().toISOString(),
   };
+}
+
+/** A fresh Ed25519 key pair in the Standard Webhooks serialisation. */
+export function generateEd25519(): Ed25519KeyPair {
+  const { privateKey } = generateKeyPairSync('ed25519');
+  const seed = privateKey.export({ format: 'der', type: 'pkcs8' }).subarray(PKCS8_ED25519.length);
+  return parseEd25519PrivateKey(WHSK_PREFIX + seed.toString('base64'))!;
+}
+
+/** The public key as PEM (SPKI), for receivers whose libraries want that instead of `whpk_`. */
+export function ed25519PublicPem(whpk: string): string {
+  const raw = b64(WHPK_PREFIX, whpk);
+  if (raw?.length !== 32) throw errors.config('ed25519 public key is not whpk_ + base64 of 32 bytes');
+  return createPublicKey({ key: Buffer.concat([SPKI_ED25519, raw]), format: 'der', type: 'spki' })
+    .export({ format: 'pem', type: 'spki' })
+    .toString();
+}
+
+/** Decoded private keys by `whsk_` string (decoding costs more than a small body's signature). */
+const edKeys = new Map<string, KeyObject>();
+
+/** The signing KeyObject of a stored `whsk_` key (the admin API stores only valid ones). */
+export function ed25519SigningKey(whsk: string): KeyObject {
+  let key = edKeys.get(whsk);
+  if (key) return key;
+  const raw = b64(WHSK_PREFIX, whsk);
+  if (raw?.length !== 64) throw errors.config('ed25519 private key is not whsk_ + base64 of 64 bytes');
+  key = createPrivateKey({
+    key: Buffer.concat([PKCS8_ED25519, raw.subarray(0, 32)]),
+    format: 'der',
+    type: 'pkcs8',
+  });
+  if (edKeys.size >= KEY_CACHE_MAX) edKeys.clear();
+  edKeys.set(whsk, key);
+  return key;
+}
+
+/** `v1a,<base64 Ed25519 signature>` over `<msgId>.<timestamp>.<body>`. */
+export function signEd25519(key: KeyObject, msgId: string, timestampSec: number, body: Buffer): string {
+  const sig = sign(null, Buffer.concat([Buffer.from(`${msgId}.${timestampSec}.`), body]), key);
+  return `v1a,${sig.toString('base64')}`;
 }

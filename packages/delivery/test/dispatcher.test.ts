@@ -5,7 +5,7 @@ import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
 import { waitFor } from '../../../test/helpers/wait.ts';
-import { dispatcherFixtures, endpoint, percentile, task, tenant } from './helpers.ts';
+import { core, dispatcherFixtures, endpoint, percentile, task, tenant } from './helpers.ts';
 
 const config = testConfig({ SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32' });
 const { dispatcher, receiver: rx } = dispatcherFixtures(config);
@@ -72,15 +72,29 @@ describe('Dispatcher: one attempt', () => {
     const go = (path: string, extra = {}) =>
       d.dispatch(task('cls', path), t, endpoint('cls', path, `${base}${path}`, extra));
     expect(await go('/ok')).toMatchObject({ kind: 'delivered', status: 204 });
-    expect(await go('/500')).toEqual({ kind: 'retry', status: 500, error: 'http_500' });
-    expect(await go('/410')).toEqual({ kind: 'fail', status: 410, error: 'gone' });
-    expect(await go('/429')).toEqual({ kind: 'retry', status: 429, error: 'http_429', retryAfterMs: 2000 });
-    expect(await go('/503')).toEqual({ kind: 'retry', status: 503, error: 'http_503', retryAfterMs: 1000 });
-    expect(await go('/400')).toEqual({ kind: 'retry', status: 400, error: 'http_400' });
-    expect(await go('/redirect')).toEqual({ kind: 'retry', status: 301, error: 'http_301' });
+    const failed = await go('/500');
+    expect(core(failed)).toEqual({ kind: 'retry', status: 500, error: 'http_500' });
+    // The attempt history keeps its latency and the first bytes of the endpoint's answer.
+    expect(failed).toMatchObject({ durationMs: expect.any(Number) });
+    expect(String((failed as { excerpt?: Buffer }).excerpt)).toBe('boom');
+    expect(core(await go('/410'))).toEqual({ kind: 'fail', status: 410, error: 'gone' });
+    expect(core(await go('/429'))).toEqual({
+      kind: 'retry',
+      status: 429,
+      error: 'http_429',
+      retryAfterMs: 2000,
+    });
+    expect(core(await go('/503'))).toEqual({
+      kind: 'retry',
+      status: 503,
+      error: 'http_503',
+      retryAfterMs: 1000,
+    });
+    expect(core(await go('/400'))).toEqual({ kind: 'retry', status: 400, error: 'http_400' });
+    expect(core(await go('/redirect'))).toEqual({ kind: 'retry', status: 301, error: 'http_301' });
     expect(await go('/big')).toMatchObject({ kind: 'delivered', status: 200 });
     const hang = await go('/hang', { timeoutMs: 300 });
-    expect(hang).toEqual({ kind: 'retry', error: 'timeout' });
+    expect(core(hang)).toEqual({ kind: 'retry', error: 'timeout' });
     const refused = await d.dispatch(
       task('cls', 'closed'),
       t,
@@ -88,10 +102,12 @@ describe('Dispatcher: one attempt', () => {
     );
     expect(refused.kind).toBe('retry');
     expect(refused.kind === 'retry' && refused.error).toMatch(/^connect_error: ECONNREFUSED/);
-    expect(await d.dispatch(task('cls', 'ftp'), t, endpoint('cls', 'ftp', 'ftp://127.0.0.1/'))).toEqual({
-      kind: 'fail',
-      error: 'invalid_url',
-    });
+    expect(core(await d.dispatch(task('cls', 'ftp'), t, endpoint('cls', 'ftp', 'ftp://127.0.0.1/')))).toEqual(
+      {
+        kind: 'fail',
+        error: 'invalid_url',
+      },
+    );
     // Redirects are not followed: /ok got only its own request, not the 301's.
     expect(r.requests).toHaveLength(9);
     expect(r.requests.filter((q) => q.url === '/ok')).toHaveLength(1);
@@ -140,7 +156,7 @@ describe('Dispatcher: endpoint breaker', () => {
     const t = tenant('brk4');
     const ep = endpoint('brk4', 'e1', r.url);
     for (let i = 0; i < 15; i++)
-      expect(await d.dispatch(task('brk4', 'e1'), t, ep)).toEqual({
+      expect(core(await d.dispatch(task('brk4', 'e1'), t, ep))).toEqual({
         kind: 'retry',
         status: 422,
         error: 'http_422',

@@ -156,3 +156,12 @@ export function dispatcherFixtures(config: Readonly<Config>) {
     },
   };
 }
+
+/**
+ * An outcome without what the attempt history adds (its latency and the response excerpt), for
+ * comparing the classification exactly.
+ */
+export function core<T extends object>(o: T): Omit<T, 'durationMs' | 'excerpt'> {
+  const { durationMs: _d, excerpt: _x, ...rest } = o as T & { durationMs?: unknown; excerpt?: unknown };
+  return rest;
+}

@@ -9,12 +9,14 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadEdgeToolConfig } from '@spillway/shared';
 import type { Registry } from 'prom-client';
 
 const here = dirname(fileURLToPath(import.meta.url));
+/** The environment this module reads, through the shared config (SPILLWAY_EDGE_LOADER, SPILLWAY_INGEST_PORT). */
+const toolConfig = loadEdgeToolConfig();
 /** Path of the loader; SPILLWAY_EDGE_LOADER overrides it. */
-export const EDGE_LOADER =
-  process.env.SPILLWAY_EDGE_LOADER ?? resolve(here, '../../../bpf/.build/spillway-edge');
+export const EDGE_LOADER = toolConfig.loader ?? resolve(here, '../../../bpf/.build/spillway-edge');
 
 export type EdgeMode = 'off' | 'monitor' | 'enforce';
 
@@ -41,6 +43,11 @@ export interface EdgeOptions extends LoaderScope {
   xdpMode?: 'auto' | 'skb' | 'native';
   /** Attach the drop tracer (default true). */
   trace?: boolean;
+  /**
+   * The caller reports unavailability itself (`spillway start`'s one line): no process warning now,
+   * nor later from the metrics.
+   */
+  quiet?: boolean;
 }
 
 export type EdgeResult<T> = ({ available: true } & T) | { available: false; reason: string };
@@ -76,23 +83,24 @@ export interface EdgeDump {
 
 let warned = false;
 let denied: string | undefined;
-function warnOnce(reason: string): void {
+function warnOnce(reason: string, quiet = false): void {
   if (warned) return;
   warned = true;
-  process.emitWarning(`spillway edge disabled: ${reason}`, { code: 'SPW_EDGE_UNAVAILABLE' });
+  if (!quiet) process.emitWarning(`spillway edge disabled: ${reason}`, { code: 'SPW_EDGE_UNAVAILABLE' });
 }
 
 function runLoader(
   args: string[],
   scope: LoaderScope,
   timeoutMs = 10_000,
+  quiet = false,
 ): Promise<EdgeResult<{ out: unknown }>> {
   // A process does not gain CAP_BPF later: once refused, stop spawning the loader (each /metrics
   // scrape would otherwise run it again only to be refused).
   if (denied) return Promise.resolve({ available: false, reason: denied });
   if (!existsSync(EDGE_LOADER)) {
     const reason = `loader not built (${EDGE_LOADER}); run bpf/build.sh`;
-    warnOnce(reason);
+    warnOnce(reason, quiet);
     return Promise.resolve({ available: false, reason });
   }
   const full = scope.pinRoot ? ['--pin-root', scope.pinRoot, ...args] : args;
@@ -106,7 +114,7 @@ function runLoader(
         const reason = stderr.trim().split('\n').pop() || err.message;
         if (code === 77) {
           denied = reason;
-          warnOnce(reason);
+          warnOnce(reason, quiet);
         }
         res({ available: false, reason });
         return;
@@ -131,11 +139,11 @@ export async function edgeStatus(opts: LoaderScope = {}): Promise<EdgeResult<{ s
 export async function attachEdge(opts: EdgeOptions = {}): Promise<EdgeResult<{ status: EdgeDump }>> {
   const args = ['attach'];
   for (const d of opts.devices ?? []) args.push('--dev', d);
-  args.push('--port', String(opts.port ?? Number(process.env.SPILLWAY_INGEST_PORT ?? 8080)));
+  args.push('--port', String(opts.port ?? toolConfig.ingestPort));
   if (opts.mode) args.push('--mode', opts.mode);
   if (opts.xdpMode) args.push('--xdp-mode', opts.xdpMode);
   if (opts.trace === false) args.push('--no-trace');
-  const r = await runLoader(args, opts);
+  const r = await runLoader(args, opts, 10_000, opts.quiet === true);
   if (!r.available) return r;
   return edgeStatus(opts);
 }

@@ -3,6 +3,14 @@ import { errors, type Logger } from '@spillway/shared';
 import { createNodeServer, type NodeServerOptions } from './backends/node.ts';
 import type { IngestServer, IngestServerOptions } from './server.ts';
 
+export {
+  type AllowlistRefresher,
+  type AllowlistRefresherOptions,
+  createAllowlistRefresher,
+  type Generation,
+  parseRanges,
+  type RefreshResult,
+} from './allowlist.ts';
 export { createNodeServer, type NodeServerOptions } from './backends/node.ts';
 export {
   attachEdge,
@@ -27,14 +35,15 @@ export type { PreAuthRate } from './preauth.ts';
 export { createRedisReplayGuard, type ReplayGuard, type ReplayRedis } from './replay.ts';
 export type {
   BodySink,
+  CloseOptions,
   HeadDecision,
   IngestHandler,
   IngestResponse,
   IngestServer,
   IngestServerOptions,
   RequestHead,
+  TlsCredentials,
 } from './server.ts';
-export { createSourceCache, type SourceCache, type SourceCacheOptions } from './sources.ts';
 export { TIMESTAMP_TOLERANCE_S } from './verify/index.ts';
 
 export type IngestBackend = 'uring' | 'node' | 'auto';

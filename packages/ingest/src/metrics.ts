@@ -1,4 +1,4 @@
-import { registry } from '@spillway/shared';
+import { getOrCreateMetric, registry } from '@spillway/shared';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
 /**
@@ -17,13 +17,23 @@ export interface IngestMetrics {
   replays: Counter<'kind'>;
   enqueueSeconds: Histogram<'outcome'>;
   inflightBodyBytes: Gauge;
+  /**
+   * Connections the front door classified by their first bytes: http1, h2c, tls (then
+   * tls_h2 / tls_http1 once ALPN chose), and the ones closed unserved: tls_unconfigured,
+   * tls_failed, ssh, unknown, silent (nothing sent before the headers timeout or the close).
+   */
+  connections: Counter<'class'>;
+  /** HTTP/2 connections told GOAWAY and closed for resetting streams too fast (CVE-2023-44487). */
+  h2RapidResets: Counter;
+  /** TLS certificate reloads (SIGHUP): ok or failed (the previous certificate stays). */
+  tlsReloads: Counter<'outcome'>;
+  /** notAfter of the certificate being served, unix seconds. */
+  tlsCertNotAfter: Gauge;
 }
 
 let metrics: IngestMetrics | undefined;
 
-function getOrCreate<T>(reg: Registry, name: string, make: () => T): T {
-  return (reg.getSingleMetric(name) as T | undefined) ?? make();
-}
+const getOrCreate = getOrCreateMetric;
 
 export function ingestMetrics(reg: Registry = registry): IngestMetrics {
   if (metrics) return metrics;
@@ -92,6 +102,48 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
         new Gauge({
           name: 'spillway_ingest_inflight_body_bytes',
           help: 'Request body bytes held in memory now (all pipelines)',
+          registers,
+        }),
+    ),
+    connections: getOrCreate(
+      reg,
+      'spillway_ingest_connections_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_connections_total',
+          help: 'Ingest connections by what their first bytes were (io_uring: the ones handed off the ring)',
+          labelNames: ['class'] as const,
+          registers,
+        }),
+    ),
+    h2RapidResets: getOrCreate(
+      reg,
+      'spillway_ingest_h2_rapid_reset_closes_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_h2_rapid_reset_closes_total',
+          help: 'HTTP/2 connections closed (GOAWAY ENHANCE_YOUR_CALM) for resetting streams too fast',
+          registers,
+        }),
+    ),
+    tlsReloads: getOrCreate(
+      reg,
+      'spillway_ingest_tls_reloads_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_tls_reloads_total',
+          help: 'TLS certificate reloads by outcome (ok, failed: the previous certificate stays)',
+          labelNames: ['outcome'] as const,
+          registers,
+        }),
+    ),
+    tlsCertNotAfter: getOrCreate(
+      reg,
+      'spillway_ingest_tls_cert_not_after_seconds',
+      () =>
+        new Gauge({
+          name: 'spillway_ingest_tls_cert_not_after_seconds',
+          help: 'Expiry (notAfter, unix seconds) of the TLS certificate the ingest port serves',
           registers,
         }),
     ),

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import {
+  errors,
   type Intake,
   isSpillwayError,
   type Keys,
@@ -12,6 +13,7 @@ import {
 } from '@spillway/shared';
 import ipaddr from 'ipaddr.js';
 import { BodyBudget, SharedBodyBudget } from './budget.ts';
+import { errorResponse } from './errors.ts';
 import { ingestMetrics } from './metrics.ts';
 import { PreAuthLimiter, type PreAuthRate } from './preauth.ts';
 import type { ReplayGuard } from './replay.ts';
@@ -97,17 +99,9 @@ function clientKey(remote: string): string {
   }
 }
 
-function error(
-  status: number,
-  code: string,
-  message: string,
-  headers?: Record<string, string>,
-  close?: boolean,
-): IngestResponse {
-  const r: IngestResponse = { status, body: { error: { code, message } } };
-  if (headers) r.headers = headers;
-  if (close) r.close = true;
-  return r;
+/** A verifier's refusal as a catalog error: 401 unauthorized, 400 invalid_body. */
+function verifyError(status: 400 | 401, message: string) {
+  return status === 401 ? errors.unauthorized(message) : errors.invalidBody(message);
 }
 
 /**
@@ -120,7 +114,7 @@ function error(
 export function createPipeline(opts: PipelineOptions): IngestPipeline {
   const { sources, intake, limiter, keys, logger } = opts;
   const clock = opts.clock ?? Date.now;
-  const retryAfter = String(opts.retryAfterSeconds ?? 1);
+  const retryAfter = opts.retryAfterSeconds ?? 1;
   const m = ingestMetrics();
   const budget = new BodyBudget(opts.bodyBudgetBytes, (d) => m.inflightBodyBytes.inc(d));
   const shared = new SharedBodyBudget(
@@ -201,9 +195,11 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       return reject(
         NO_SOURCE,
         'pre_auth_limited',
-        error(429, 'rate_limited', 'too many refused requests from this address', {
-          'retry-after': String(Math.max(1, Math.ceil(wait / 1000))),
-        }),
+        errorResponse(
+          errors.rateLimited('too many refused requests from this address', {
+            retryAfter: Math.max(1, Math.ceil(wait / 1000)),
+          }),
+        ),
       );
     }
     const route = ROUTE.exec(head.url.split('?', 1)[0] ?? '');
@@ -214,12 +210,12 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       sourceId = undefined;
     }
     if (!sourceId || !SOURCE_ID.test(sourceId))
-      return reject(NO_SOURCE, 'not_found', error(404, 'not_found', 'no such route'));
+      return reject(NO_SOURCE, 'not_found', errorResponse(errors.notFound('no such route')));
     if (head.method !== 'POST') {
       return reject(
         NO_SOURCE,
         'method_not_allowed',
-        error(405, 'method_not_allowed', 'use POST', { allow: 'POST' }),
+        errorResponse(errors.methodNotAllowed('use POST'), { headers: { allow: 'POST' } }),
       );
     }
 
@@ -227,20 +223,21 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     try {
       source = await sources.get(sourceId);
     } catch (err) {
-      logger.warn({ err: (err as Error).message, source: sourceId }, 'source lookup failed');
+      logger.warn({ err, source: sourceId }, 'source lookup failed');
       return reject(
         NO_SOURCE,
         'unavailable',
-        error(503, 'unavailable', 'configuration store unavailable', { 'retry-after': retryAfter }),
+        errorResponse(errors.unavailable('configuration store unavailable', { retryAfter })),
       );
     }
-    if (!source) return reject(NO_SOURCE, 'not_found', error(404, 'not_found', `unknown source ${sourceId}`));
+    if (!source)
+      return reject(NO_SOURCE, 'not_found', errorResponse(errors.notFound(`unknown source ${sourceId}`)));
 
     if (source.allowCidrs && source.allowCidrs.length > 0 && !allowed(source, head.remoteAddress)) {
       return reject(
         source.kind,
         'forbidden',
-        error(403, 'forbidden', 'client address not allowed for this source'),
+        errorResponse(errors.forbidden('client address not allowed for this source')),
       );
     }
     const max = source.maxBodyBytes;
@@ -248,7 +245,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       return reject(
         source.kind,
         'too_large',
-        error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true),
+        errorResponse(errors.tooLarge(`body over ${max} bytes`), { close: true }),
       );
     }
 
@@ -258,7 +255,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       return reject(
         source.kind,
         'unauthorized',
-        error(prepared.status, prepared.status === 401 ? 'unauthorized' : 'invalid_body', prepared.message),
+        errorResponse(verifyError(prepared.status, prepared.message)),
       );
     }
 
@@ -269,7 +266,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       return reject(
         source.kind,
         'over_budget',
-        error(503, 'unavailable', 'ingest is holding too many body bytes', { 'retry-after': retryAfter }),
+        errorResponse(errors.unavailable('ingest is holding too many body bytes', { retryAfter })),
       );
     }
     return { accept: createSink(source, head, prepared.verifier, client) };
@@ -281,12 +278,12 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     try {
       const took = await limiter.tryTake(keys.rate(source.tenantId, `src:${source.id}`), source.rate);
       if (took.ok) return null;
-      const secs = String(Math.max(1, Math.ceil(took.retryAfterMs / 1000)));
-      return error(429, 'rate_limited', 'source over its ingest rate', { 'retry-after': secs });
+      const secs = Math.max(1, Math.ceil(took.retryAfterMs / 1000));
+      return errorResponse(errors.rateLimited('source over its ingest rate', { retryAfter: secs }));
     } catch (err) {
       // Fail open: the limiter shares Redis with the intake, which decides durability and answers
       // 503 itself if Redis is really gone; refusing here would only add a second failure mode.
-      logger.warn({ err: (err as Error).message, source: source.id }, 'source rate check failed; admitting');
+      logger.warn({ err, source: source.id }, 'source rate check failed; admitting');
       return null;
     }
   }
@@ -350,29 +347,25 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           return answer(
             sid,
             'too_slow',
-            error(408, 'request_timeout', 'body arrived too slowly', undefined, true),
+            errorResponse(errors.requestTimeout('body arrived too slowly'), { close: true }),
           );
         if (was === 'too_large')
           return answer(
             sid,
             'too_large',
-            error(413, 'payload_too_large', `body over ${max} bytes`, undefined, true),
+            errorResponse(errors.tooLarge(`body over ${max} bytes`), { close: true }),
           );
         if (was === 'over_budget') {
           return answer(
             sid,
             'over_budget',
-            error(
-              503,
-              'unavailable',
-              'ingest is holding too many body bytes',
-              { 'retry-after': retryAfter },
-              true,
-            ),
+            errorResponse(errors.unavailable('ingest is holding too many body bytes', { retryAfter }), {
+              close: true,
+            }),
           );
         }
         if (was === 'done')
-          return answer(sid, 'aborted', error(400, 'invalid_body', 'request already finished'));
+          return answer(sid, 'aborted', errorResponse(errors.invalidBody('request already finished')));
         try {
           const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
           const v = verifier.finish(body);
@@ -381,7 +374,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
             return answer(
               sid,
               v.status === 401 ? 'unauthorized' : 'invalid',
-              error(v.status, v.status === 401 ? 'unauthorized' : 'invalid_body', v.message),
+              errorResponse(verifyError(v.status, v.message)),
             );
           }
           if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
@@ -391,14 +384,15 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
               owner = await opts.replayGuard.claim(source.tenantId, sid, hash, v.id);
             } catch (err) {
               // Fail open, as the limiter: the intake answers 503 itself if Redis is really gone.
-              logger.warn({ err: (err as Error).message, source: sid }, 'replay check failed; admitting');
+              logger.warn({ err, source: sid }, 'replay check failed; admitting');
             }
             if (owner !== undefined) {
-              // Not the provider (its redelivery repeats the id): answered as a duplicate, so a
-              // replayer learns nothing, but counted as refused for its address, and it spends
-              // nothing of the source's rate.
+              // Not the provider (its redelivery repeats the id): answered as a duplicate of the id
+              // it sent (the guard keeps only the owner's fingerprint), so a replayer learns
+              // nothing, but counted as refused for its address, and it spends nothing of the
+              // source's rate.
               m.replays.inc({ kind: source.kind });
-              return answer(sid, 'replay', { status: 200, body: { id: owner, duplicate: true } });
+              return answer(sid, 'replay', { status: 200, body: { id: v.id, duplicate: true } });
             }
           }
           const limited = await sourceRate(source);
@@ -419,19 +413,23 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           } catch (err) {
             m.enqueueSeconds.observe({ outcome: 'error' }, (performance.now() - t0) / 1000);
             if (isSpillwayError(err) && err.status >= 400 && err.status < 500) {
-              return answer(sid, 'invalid', error(err.status, err.apiCode, err.message));
+              return answer(sid, 'invalid', errorResponse(err));
             }
             // Durable storage could not take it: never a 2xx. Anything unexpected is answered the
             // same way so the provider retries, and logged loudly.
             if (isSpillwayError(err, 'SPW_ERR_UNAVAILABLE'))
-              logger.warn({ err: err.message, source: sid }, 'intake unavailable');
+              logger.warn({ err, source: sid }, 'intake unavailable');
             else logger.error({ err, source: sid }, 'intake failed');
-            const ra =
-              isSpillwayError(err) && err.retryAfter !== undefined ? String(err.retryAfter) : retryAfter;
+            const ra = isSpillwayError(err) && err.retryAfter !== undefined ? err.retryAfter : retryAfter;
             return answer(
               sid,
               'unavailable',
-              error(503, 'unavailable', 'durable storage cannot take the event now', { 'retry-after': ra }),
+              errorResponse(
+                errors.unavailable('durable storage cannot take the event now', {
+                  retryAfter: ra,
+                  cause: err,
+                }),
+              ),
             );
           }
           m.enqueueSeconds.observe(

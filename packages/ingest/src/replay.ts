@@ -1,4 +1,5 @@
-import type { Keys } from '@spillway/shared';
+import { createHash } from 'node:crypto';
+import { defineCommands, type Keys, type RedisClient } from '@spillway/shared';
 
 /**
  * Replays with a fresh id (issue 15). For GitHub and Shopify the event id and type come from
@@ -10,35 +11,74 @@ import type { Keys } from '@spillway/shared';
  * is a duplicate of the owner.
  */
 export interface ReplayGuard {
-  /** Claims `bodySha256` (hex) for `eventId`; resolves with the owner's id when another id owns it. */
+  /**
+   * Claims `bodySha256` (hex) for `eventId`; resolves with the owner's fingerprint (16 hex: the
+   * first 8 bytes of sha256(owner id), the id dedup's fingerprint) when another id owns it.
+   */
   claim(tenantId: string, sourceId: string, bodySha256: string, eventId: string): Promise<string | undefined>;
 }
 
-/** What the guard needs of a Redis client (ioredis `Redis` or `Cluster`). */
-export interface ReplayRedis {
-  pipeline(): ReplayPipeline;
+/** What the guard needs of a Redis client: its Lua script is loaded onto it (`body-claim-1.lua`). */
+export type ReplayRedis = RedisClient;
+
+interface ClaimCommands {
+  bodyClaim(base: string, ...args: (string | number)[]): Promise<(string | number)[]>;
 }
-interface ReplayPipeline {
-  set(key: string, value: string, px: 'PX', ms: number, nx: 'NX', get: 'GET'): unknown;
-  exec(): Promise<[Error | null, unknown][] | null>;
+
+export interface ReplayGuardOptions {
+  /** The clock that picks the slot (tests move it). Default `Date.now`. */
+  now?: () => number;
+  /** Target claims per bucket (16 bytes each). Default 128: ~2 KiB strings, searched per claim. */
+  perBucket?: number;
+}
+
+/** Target claims per bucket: 128 × 16 B ≈ 2 KiB, the size of an id dedup bucket (256 × 8 B). */
+export const CLAIMS_PER_BUCKET = 128;
+
+/**
+ * The slots of a window, as the id dedup's (router records/fingerprints.ts `dedupSlots`): about 24
+ * per window (an hour for 24 h, at least a minute), so a claim is remembered for the window and at
+ * most one slot longer.
+ */
+export function claimSlots(windowMs: number, now: number): { slot: number; back: number; ttlMs: number } {
+  const slotMs = Math.min(3_600_000, Math.max(60_000, Math.ceil(windowMs / 24)));
+  const back = Math.ceil(windowMs / slotMs);
+  return { slot: Math.floor(now / slotMs), back, ttlMs: (back + 1) * slotMs };
+}
+
+/**
+ * One claim's arguments: the 8-byte fingerprint of (source, body hash) with 32 other bits of the
+ * same digest for its bucket, and the 8-byte fingerprint of the id that claims it.
+ */
+export function claimArgs(sourceId: string, bodySha256: string, eventId: string): [string, string, number] {
+  const b = createHash('sha256').update(sourceId).update('\n').update(bodySha256).digest();
+  const o = createHash('sha256').update(eventId).digest('hex').slice(0, 16);
+  return [b.toString('hex', 0, 8), o, b.readUInt32BE(8)];
 }
 
 interface Pending {
-  key: string;
-  eventId: string;
+  args: [string, string, number];
   resolve(owner: string | undefined): void;
   reject(err: unknown): void;
 }
 
 /**
- * The guard on Redis: one `SET key id PX window NX GET` per event (Redis ≥ 7.0: sets only if absent
- * and returns the previous owner; the expiry is the key's owner), batched: the claims made in one
- * event-loop turn go out as one pipeline per tenant (one round trip, like the intake's group
- * commit; one tenant's keys share a hash slot, so a pipeline never spans Cluster slots). The key
- * lives in the tenant's dedup namespace (`Keys.dedup`) under a name no event id can take (ids are
- * printable ASCII without spaces).
+ * The guard on Redis: claims are 16-byte entries in the tenant's slot buckets (docs/storage.md,
+ * "Body claims": ~20 B per claim instead of a ~130 B key per body), checked and inserted by one
+ * `body-claim-1.lua` call per tenant per event-loop turn (one round trip, like the intake's group
+ * commit; atomic, so two ingest processes claiming one body at once cannot both own it; one
+ * tenant's keys share a hash slot, so a call never spans Cluster slots). Every key written expires
+ * a slot after the window.
  */
-export function createRedisReplayGuard(redis: ReplayRedis, keys: Keys, windowMs: number): ReplayGuard {
+export function createRedisReplayGuard(
+  redis: ReplayRedis,
+  keys: Keys,
+  windowMs: number,
+  opts: ReplayGuardOptions = {},
+): ReplayGuard {
+  const r = defineCommands<ClaimCommands>(redis, new URL('./commands/', import.meta.url), ['body-claim-1']);
+  const now = opts.now ?? Date.now;
+  const per = opts.perBucket ?? CLAIMS_PER_BUCKET;
   let queued = new Map<string, Pending[]>();
   let scheduled = false;
 
@@ -46,16 +86,17 @@ export function createRedisReplayGuard(redis: ReplayRedis, keys: Keys, windowMs:
     scheduled = false;
     const batch = queued;
     queued = new Map();
-    for (const claims of batch.values()) {
-      const pipe = redis.pipeline();
-      for (const c of claims) pipe.set(c.key, c.eventId, 'PX', windowMs, 'NX', 'GET');
-      pipe.exec().then(
-        (results) => {
+    const { slot, back, ttlMs } = claimSlots(windowMs, now());
+    for (const [tenantId, claims] of batch) {
+      const argv: (string | number)[] = [ttlMs, slot, back, per];
+      for (const c of claims) argv.push(...c.args);
+      r.bodyClaim(keys.bodyClaim(tenantId), ...argv).then(
+        (owners) => {
           claims.forEach((c, i) => {
-            const [err, owner] = results?.[i] ?? [new Error('no reply'), null];
-            if (err) c.reject(err);
-            // null: the key was absent and is ours now. Our own id: the provider's redelivery.
-            else c.resolve(owner === null || owner === c.eventId ? undefined : String(owner));
+            const o = owners[i];
+            if (o === undefined) c.reject(new Error('body-claim: no reply'));
+            // 0: claimed now, or already ours (the provider's redelivery).
+            else c.resolve(o === 0 ? undefined : String(o));
           });
         },
         (err: unknown) => {
@@ -68,9 +109,8 @@ export function createRedisReplayGuard(redis: ReplayRedis, keys: Keys, windowMs:
   return {
     claim(tenantId, sourceId, bodySha256, eventId) {
       return new Promise((resolve, reject) => {
-        const key = keys.dedup(tenantId, `body ${sourceId} ${bodySha256}`);
+        const p = { args: claimArgs(sourceId, bodySha256, eventId), resolve, reject };
         const list = queued.get(tenantId);
-        const p = { key, eventId, resolve, reject };
         if (list) list.push(p);
         else queued.set(tenantId, [p]);
         if (!scheduled) {

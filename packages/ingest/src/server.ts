@@ -53,6 +53,47 @@ export interface IngestServerOptions {
   requestTimeoutMs?: number;
   /** Set SO_REUSEPORT on the listener (several ingest processes on one port). */
   reusePort?: boolean;
+  /**
+   * Terminate TLS on the ingest port: a ClientHello is answered with this certificate and ALPN
+   * picks `h2` or `http/1.1`. Absent: TLS connections are closed (and counted).
+   */
+  tls?: TlsCredentials;
+  /** HTTP/2 limits (h2 over TLS and prior-knowledge h2c). */
+  http2?: Http2Limits;
+  /**
+   * A listening TCP socket to adopt instead of binding `host:port` (a restart hands its socket to its
+   * successor, so no SYN meets a closed port).
+   */
+  listenFd?: number;
+}
+
+/** PEM certificate chain and private key. */
+export interface TlsCredentials {
+  cert: string | Buffer;
+  key: string | Buffer;
+}
+
+export interface Http2Limits {
+  /** SETTINGS_MAX_CONCURRENT_STREAMS per connection. Default 100. */
+  maxConcurrentStreams?: number;
+  /** SETTINGS_MAX_HEADER_LIST_SIZE, bytes. Default 16 KiB (the HTTP/1.1 head limit). */
+  maxHeaderListBytes?: number;
+  /**
+   * Streams the client may reset in one second before the connection is told GOAWAY
+   * (ENHANCE_YOUR_CALM) and closed: the HTTP/2 rapid-reset attack (CVE-2023-44487) opens and
+   * cancels streams so each costs the server a request's work and the client nothing. Default 100.
+   */
+  maxResetsPerSecond?: number;
+}
+
+export interface CloseOptions {
+  /**
+   * A restart hands over: stop accepting, answer every request still to come with
+   * `connection: close` (HTTP/2: GOAWAY), and let idle keep-alive connections reach their idle
+   * timeout instead of cutting them (a client may be writing a request on one right now; it closes
+   * an idle connection before the server's timeout). Bounded by the backend's close grace.
+   */
+  drain?: boolean;
 }
 
 export interface IngestServer {
@@ -60,7 +101,15 @@ export interface IngestServer {
   /** Resolves with the bound port (listen(0) in tests). */
   listen(): Promise<{ port: number }>;
   /** Stops accepting, lets in-flight requests finish (bounded), then closes. */
-  close(): Promise<void>;
+  close(opts?: CloseOptions): Promise<void>;
+  /**
+   * Replaces the TLS certificate and key for new handshakes (connections already up keep theirs).
+   * Throws on credentials that do not load, keeping the previous ones. Given a function, calls it
+   * for the credentials (a reload that reads files; a read that fails is counted as a failed reload).
+   */
+  setTlsCredentials?(creds: TlsCredentials | (() => TlsCredentials)): void;
+  /** The listening socket's descriptor once listening (handed to a successor process on restart). */
+  listenFd?(): number | undefined;
   /**
    * Optional: per-path body caps (exact path, query ignored) the backend enforces itself, before
    * the handler hears of the request — a POST whose Content-Length is over its path's cap gets 413

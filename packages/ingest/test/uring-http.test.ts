@@ -185,6 +185,27 @@ async function start(
 }
 
 const H = 'Host: test\r\n';
+
+/**
+ * Three 512-byte chunks against a 1000-byte cap (the server's or the sink's, per `opts`): 413 and
+ * close once the cap is passed; the sink is aborted, never ended, and got no more than the cap.
+ */
+async function chunkedPastCap(opts: Parameters<typeof start>[0]) {
+  const { port, seen } = await start(opts);
+  const chunk = `200\r\n${'z'.repeat(0x200)}\r\n`;
+  const { data, closed } = await exchange(port, [
+    `POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`,
+    chunk,
+    chunk,
+    chunk,
+    '0\r\n\r\n',
+  ]);
+  expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
+  expect(closed).toBe(true);
+  await expect.poll(() => seen[0]?.aborted).toBeTruthy();
+  expect(seen[0]!.ended).toBe(false);
+  expect(Buffer.concat(seen[0]!.body).length).toBeLessThanOrEqual(1000);
+}
 const many = (n: number) => Array.from({ length: n }, (_, i) => `X-H${i}: v\r\n`).join('');
 const MALFORMED: [name: string, raw: string, status: number][] = [
   [
@@ -468,22 +489,8 @@ describe.skipIf(!probe.ok)('uring backend: body caps', () => {
     expect(JSON.parse(r!.body).bytes).toBe(1000);
   });
 
-  it('a chunked body growing past the cap → 413 and close; the sink is aborted and never ended', async () => {
-    const { port, seen } = await start({ maxBodyBytes: 1000 });
-    const chunk = `200\r\n${'z'.repeat(0x200)}\r\n`;
-    const { data, closed } = await exchange(port, [
-      `POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`,
-      chunk,
-      chunk,
-      chunk,
-      '0\r\n\r\n',
-    ]);
-    expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
-    expect(closed).toBe(true);
-    await expect.poll(() => seen[0]?.aborted).toBeTruthy();
-    expect(seen[0]!.ended).toBe(false);
-    expect(Buffer.concat(seen[0]!.body).length).toBeLessThanOrEqual(1000);
-  });
+  it('a chunked body growing past the cap → 413 and close; the sink is aborted and never ended', () =>
+    chunkedPastCap({ maxBodyBytes: 1000 }));
 
   it('route table caps are enforced natively before the handler', async () => {
     const { server, port, seen } = await start({ maxBodyBytes: 1000 });
@@ -558,22 +565,8 @@ describe.skipIf(!probe.ok)('uring backend: bodies before and after the handler a
     expect(seen.map((r) => r.body.length)).toEqual([0]);
   });
 
-  it("with no global cap, the accepted sink's cap is enforced natively for a chunked body: 413 + close, sink aborted", async () => {
-    const { port, seen } = await start({ maxBodyBytes: null, sinkCap: 1000 });
-    const chunk = `200\r\n${'z'.repeat(0x200)}\r\n`;
-    const { data, closed } = await exchange(port, [
-      `POST /chunky HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n`,
-      chunk,
-      chunk,
-      chunk,
-      '0\r\n\r\n',
-    ]);
-    expect(parseResponses(data).map((r) => r.status)).toEqual([413]);
-    expect(closed).toBe(true);
-    await expect.poll(() => seen[0]?.aborted).toBeTruthy();
-    expect(seen[0]!.ended).toBe(false);
-    expect(Buffer.concat(seen[0]!.body).length).toBeLessThanOrEqual(1000);
-  });
+  it("with no global cap, the accepted sink's cap is enforced natively for a chunked body: 413 + close, sink aborted", () =>
+    chunkedPastCap({ maxBodyBytes: null, sinkCap: 1000 }));
 });
 
 describe.skipIf(!probe.ok)('uring backend: answer deadline', () => {

@@ -13,7 +13,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sign as githubSign } from '@octokit/webhooks-methods';
-import type { Source } from '@spillway/shared';
+import {
+  parseWhsec,
+  type Source,
+  WHSEC_MIN_KEY_BYTES,
+  WHSEC_SCHEMA_PATTERN,
+  whsecProblem,
+} from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -242,5 +248,54 @@ describe.skipIf(!hasCc)('C verifier (verify.c) vs the JS verifiers', () => {
       status: 0,
       stdout: expect.stringContaining(`verify differential: ${N} cases, 0 mismatches`),
     });
+    // test_verify.c checks the C side of the whsec_ rule (the cases below) before the differential.
+    expect(run.stdout).toContain('whsec rule: ok');
+  });
+});
+
+describe('one whsec_ rule (shared parseWhsec; native/test/test_verify.c has the same cases)', () => {
+  const cases: [string, boolean][] = [
+    ['whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', true],
+    ['whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLa==', true],
+    ['MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', false],
+    ['whsec_', false],
+    ['whsec_Mf-Q9r8G', false],
+    ['whsec_MfKQ=9r8', false],
+    ['whsec_MfKQ9r8===', false],
+    ['whsec_A', false],
+  ];
+  it.each(cases)('%s decodes: %s', (secret, ok) => {
+    expect(parseWhsec(secret) !== undefined).toBe(ok);
+  });
+
+  it('the standard verifier refuses a source whose secret lacks the prefix', () => {
+    const key = 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+    const now = 1_764_000_000_000;
+    const body = '{"type":"a.b"}';
+    const ts = String(now / 1000);
+    const signature = `v1,${createHmac('sha256', Buffer.from(key, 'base64')).update(`m1.${ts}.${body}`).digest('base64')}`;
+    const headers = { 'webhook-id': 'm1', 'webhook-timestamp': ts, 'webhook-signature': signature };
+    const verify = (secret: string) => {
+      const source = { id: 's', tenantId: 't', kind: 'standard', secret, maxBodyBytes: 1 << 20 } as Source;
+      const p = prepareVerifier(source, headers, now);
+      if (!p.ok) return p.reason;
+      p.verifier.update(Buffer.from(body));
+      const v = p.verifier.finish(Buffer.from(body));
+      return v.ok ? 'ok' : v.reason;
+    };
+    // The bare key (what the reference library would take as base64 whole) verifies nothing.
+    expect(verify(key)).toBe('bad_signature');
+    expect(verify(`whsec_${key}`)).toBe('ok');
+    // Admission adds the least key size: 16 bytes.
+    expect(whsecProblem(`whsec_${key}`, 'secret')).toBeUndefined();
+    expect(whsecProblem(`whsec_${Buffer.alloc(15, 1).toString('base64')}`, 'secret')).toBe(
+      `secret must be whsec_ + base64 of at least ${WHSEC_MIN_KEY_BYTES} bytes`,
+    );
+    expect(new RegExp(WHSEC_SCHEMA_PATTERN).test(`whsec_${Buffer.alloc(16, 1).toString('base64')}`)).toBe(
+      true,
+    );
+    expect(new RegExp(WHSEC_SCHEMA_PATTERN).test(`whsec_${Buffer.alloc(15, 1).toString('base64')}`)).toBe(
+      false,
+    );
   });
 });

@@ -59,5 +59,5 @@ if (
     );
   }
 }
-const { main } = await import('../src/cli/main.ts');
+const { main } = await import('../src/index.ts');
 await main(process.argv);

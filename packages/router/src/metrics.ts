@@ -29,6 +29,8 @@ const { counter, gauge, histogram } = metricFactory({
     'Group commits of the durable intake by outcome (committed = one BullMQ job added, failed = 503 to every caller, duplicate = nothing new to add)',
   spillway_intake_events_total:
     'Events submitted to the durable intake by result (accepted, duplicate, rejected)',
+  spillway_events_api_refused_total:
+    "Events the events API refused with 429 by reason (rate = over the tenant's events rate, quota = over its events per day)",
   spillway_intake_commit_duration_seconds:
     'Time to make one group-committed batch durable (dedup reserve + job add + promote), i.e. the latency a caller sees beyond the group-commit wait',
   spillway_intake_batch_events: 'Events per group commit',
@@ -49,6 +51,18 @@ const { counter, gauge, histogram } = metricFactory({
     'Deliveries written to a tenant DLQ (last attempt failed, or a permanent failure)',
   spillway_tasks_discarded_total:
     'Delivery tasks discarded because their tenant or endpoint was deleted (the only tasks that end neither delivered nor in a DLQ)',
+  spillway_history_records_total: 'History records Kafka acknowledged, by topic (events, attempts)',
+  spillway_history_read_records_total:
+    'History records read back from Kafka to answer the API (a page reads the minutes the index points to, not the topic)',
+  spillway_history_dropped_total:
+    'History records given up on (Kafka did not take them after retries, or the writer buffer was full): the event log or attempt history misses them, delivery is not affected',
+  spillway_dlq_purged_total:
+    'Dead letters an operator purged (DELETE .../dlq): the one explicit discard of the DLQ',
+  spillway_dlq_archived_total:
+    'Dead letters moved from Redis to the Kafka DLQ archive (over the cap or the TTL)',
+  spillway_notifications_total: 'Operator notifications by kind and result (sent, failed, skipped)',
+  spillway_endpoints_disabled_total:
+    'Endpoints the router disabled, by reason (gone = HTTP 410, failing = sustained failure)',
 });
 
 /** A gauge whose value is the sum of `of(source)` over the live workers at scrape time. */
@@ -66,6 +80,7 @@ const summed = (
 
 export const intakeBatchesTotal = counter('spillway_intake_batches_total', ['outcome']);
 export const intakeEventsTotal = counter('spillway_intake_events_total', ['result']);
+export const eventsApiRefusedTotal = counter('spillway_events_api_refused_total', ['reason']);
 export const intakeCommitSeconds = histogram(
   'spillway_intake_commit_duration_seconds',
   [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3],
@@ -94,3 +109,10 @@ export const retryJobsTotal = counter('spillway_retry_jobs_scheduled_total');
 export const retryTasksTotal = counter('spillway_retry_tasks_scheduled_total');
 export const dlqWritesTotal = counter('spillway_dlq_writes_total');
 export const tasksDiscardedTotal = counter('spillway_tasks_discarded_total', ['reason']);
+export const historyRecordsTotal = counter('spillway_history_records_total', ['topic']);
+export const historyDroppedTotal = counter('spillway_history_dropped_total');
+export const dlqArchivedTotal = counter('spillway_dlq_archived_total');
+export const notificationsTotal = counter('spillway_notifications_total', ['kind', 'result']);
+export const endpointsDisabledTotal = counter('spillway_endpoints_disabled_total', ['reason']);
+export const dlqPurgedTotal = counter('spillway_dlq_purged_total');
+export const historyReadRecordsTotal = counter('spillway_history_read_records_total');

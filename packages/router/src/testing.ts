@@ -2,7 +2,13 @@
  * The internals that tests reach, behind one explicit door (package.json `exports["./testing"]`).
  * Production code and other packages import `./index.ts` only.
  */
-export { readEvent } from './records/records.ts';
+export { SnapshotHub } from './admin/console/hub.ts';
+export { utcDay } from './admin/quota.ts';
+export { KafkaRangeReader } from './history/kafka-range.ts';
+export { HistoryReader } from './history/reader.ts';
+export { ensureHistoryTopics, historyTopics } from './history/topics.ts';
+export { ordStepArgs } from './ordering/store.ts';
+export { fingerprint } from './records/fingerprints.ts';
 export { type Role, type Started, start } from './roles/start.ts';
 export { SpillProducer } from './spill/producer.ts';
 export { Credits } from './worker/credits.ts';

@@ -295,7 +295,10 @@ describe('endpoints', () => {
     expect(c.body.secret).toMatch(/^whsec_[A-Za-z0-9+/]{32,}={0,2}$/);
     expect(Buffer.from(c.body.secret.slice(6), 'base64').length).toBeGreaterThanOrEqual(24);
     const eid = c.body.id as string;
-    expect(JSON.parse((await redis.hget(keys.endpoints(id), eid))!)).toEqual(c.body);
+    // Stored sealed (AES-256-GCM under SPILLWAY_SECRET_KEY), everything else as answered.
+    const stored = JSON.parse((await redis.hget(keys.endpoints(id), eid))!);
+    expect(stored).toEqual({ ...c.body, secret: expect.stringMatching(/^enc:v1:[0-9a-f]{8}:/) });
+    expect(JSON.stringify(stored)).not.toContain(c.body.secret.slice(6));
 
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
     const e2 = await call('POST', `/v1/tenants/${id}/endpoints`, {
@@ -320,10 +323,16 @@ describe('endpoints', () => {
       'conflict',
     );
 
-    expect((await call('GET', `/v1/tenants/${id}/endpoints/orders`)).body).toEqual(e2.body);
-    expect(
-      (await call('GET', `/v1/tenants/${id}/endpoints`)).body.data.map((e: { id: string }) => e.id).sort(),
-    ).toEqual([eid, 'orders'].sort());
+    // GET and list never show the secret; GET .../secret does.
+    const { secret: _shown, ...e2View } = e2.body;
+    expect((await call('GET', `/v1/tenants/${id}/endpoints/orders`)).body).toEqual(e2View);
+    const listed = (await call('GET', `/v1/tenants/${id}/endpoints`)).body.data;
+    expect(listed.map((e: { id: string }) => e.id).sort()).toEqual([eid, 'orders'].sort());
+    expect(listed.every((e: { secret?: string }) => e.secret === undefined)).toBe(true);
+    expect((await call('GET', `/v1/tenants/${id}/endpoints/orders/secret`)).body).toEqual({
+      secret,
+      previousSecrets: [],
+    });
     expectError(await call('GET', `/v1/tenants/${id}/endpoints/nope`), 404, 'not_found');
 
     const newSecret = `whsec_${randomBytes(24).toString('base64')}`;
@@ -334,8 +343,12 @@ describe('endpoints', () => {
     });
     expect(p.status).toBe(200);
     expect(p.body.eventTypes).toEqual(['order.created', 'invoice.*']);
-    expect(p.body.secret).toBe(newSecret);
-    expect(p.body.previousSecrets).toEqual([{ secret, expiresAt: expect.any(String) }]);
+    expect(p.body.secret).toBeUndefined();
+    expect(p.body.previousSecrets).toEqual([{ expiresAt: expect.any(String) }]);
+    expect((await call('GET', `/v1/tenants/${id}/endpoints/orders/secret`)).body).toEqual({
+      secret: newSecret,
+      previousSecrets: [{ secret, expiresAt: p.body.previousSecrets[0].expiresAt }],
+    });
     expect(p.body.rate).toBeUndefined();
     expectError(
       await call('PATCH', `/v1/tenants/${id}/endpoints/nope`, { timeoutMs: 1000 }),
@@ -380,8 +393,9 @@ describe('sources', () => {
       allowCidrs: ['192.30.252.0/22', '2001:db8::/32'],
     });
     expect(c.body.ingestPath).toBe(`/ingest/${c.body.id}`);
+    expect(c.body.secret).toBe('gh-secret');
     const stored = JSON.parse((await redis.hget(keys.sources, c.body.id))!);
-    expect(stored).toMatchObject({ id: c.body.id, tenantId: id, secret: 'gh-secret' });
+    expect(stored).toMatchObject({ id: c.body.id, tenantId: id, secret: expect.stringMatching(/^enc:v1:/) });
     expect(stored.ingestPath).toBeUndefined();
 
     const std = await call('POST', `/v1/tenants/${id}/sources`, {
@@ -522,14 +536,28 @@ describe('/openapi.json', () => {
       'DELETE /v1/tenants/{tid}/endpoints/{eid}',
       'POST /v1/tenants/{tid}/endpoints/{eid}/pause',
       'POST /v1/tenants/{tid}/endpoints/{eid}/resume',
+      'GET /v1/tenants/{tid}/endpoints/{eid}/public-key',
       'POST /v1/tenants/{tid}/sources',
       'GET /v1/tenants/{tid}/sources',
       'GET /v1/tenants/{tid}/sources/{sid}',
+      'PATCH /v1/tenants/{tid}/sources/{sid}',
       'DELETE /v1/tenants/{tid}/sources/{sid}',
+      'GET /v1/tenants/{tid}/endpoints/{eid}/secret',
+      'GET /v1/tenants/{tid}/sources/{sid}/secret',
+      'POST /v1/secrets/reencrypt',
       'POST /v1/tenants/{tid}/events',
       'GET /v1/tenants/{tid}/events/{eid}',
       'GET /v1/tenants/{tid}/dlq',
       'POST /v1/tenants/{tid}/dlq/replay',
+      // The history (docs/operations.md, "History").
+      'GET /v1/tenants/{tid}/events',
+      'GET /v1/tenants/{tid}/events/{eid}/attempts',
+      'POST /v1/tenants/{tid}/events/{eid}/resend',
+      'GET /v1/tenants/{tid}/endpoints/{eid}/attempts',
+      'POST /v1/tenants/{tid}/endpoints/{eid}/recover',
+      'POST /v1/tenants/{tid}/endpoints/{eid}/test',
+      'GET /v1/tenants/{tid}/operations/{opid}',
+      'DELETE /v1/tenants/{tid}/dlq',
       'GET /healthz',
       'GET /readyz',
       'GET /metrics',

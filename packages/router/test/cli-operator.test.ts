@@ -217,4 +217,50 @@ describe('spillway operator CLI', () => {
     expect(dup.code).toBe(1);
     expect(dup.err).toContain('conflict (409)');
   }, 60_000);
+
+  it('endpoint delivery options: create with flags, update and clear them, print the public key', async () => {
+    const flags =
+      '--id opts --retry-schedule 1s,1m --max-attempts 4 --permanent-statuses 400,422 --header X-Customer:acme --header x-region:eu --basic-auth hooks:pa:ss --signatures v1,v1a --batch-max-events 20 --batch-linger-ms 50';
+    const ep = await cliJson(['endpoints', 'create', tid, 'https://example.com/opts', ...flags.split(' ')]);
+    expect(ep).toMatchObject({
+      retry: { schedule: ['1s', '1m'], maxAttempts: 4, permanentStatuses: [400, 422] },
+      headers: { 'x-customer': 'acme', 'x-region': 'eu' },
+      auth: { type: 'basic', username: 'hooks' },
+      signatures: ['v1', 'v1a'],
+      batch: { maxEvents: 20, lingerMs: 50 },
+    });
+    expect(JSON.stringify(ep)).not.toContain('pa:ss');
+    const shown = await cli(['endpoints', 'get', tid, 'opts']);
+    expect(shown.out).toMatch(/retry\s+schedule 1s,1m; max 4 attempts; permanent 400,422/);
+    expect(shown.out).toMatch(/auth\s+basic \(hooks\)/);
+    expect(shown.out).toMatch(/batch\s+20 events, 1048576 bytes, linger 50ms/);
+    const key = await cli(['endpoints', 'public-key', tid, 'opts']);
+    expect(key.code, key.err).toBe(0);
+    expect(key.out).toContain(ep.ed25519.publicKey);
+    expect(key.out).toContain('-----BEGIN PUBLIC KEY-----');
+
+    const up = await cliJson([
+      'endpoints',
+      'update',
+      tid,
+      'opts',
+      '--clear',
+      'batch,headers',
+      '--ordering',
+      'per-key',
+      '--bearer-token',
+      'tok_1',
+    ]);
+    expect(up.batch).toBeUndefined();
+    expect(up.headers).toBeUndefined();
+    expect(up).toMatchObject({ ordering: 'per-key', auth: { type: 'bearer' } });
+    const refused = await cli(['endpoints', 'update', tid, 'opts', '--header', 'webhook-id:x']);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toContain('invalid_body (400)');
+    const nothing = await cli(['endpoints', 'update', tid, 'opts']);
+    expect(nothing.code).toBe(1);
+    expect(nothing.err).toContain('nothing to update');
+    const sent = await cli(['events', 'send', tid, '--type', 'order.created', '--ordering-key', 'order-1']);
+    expect(sent.code, sent.err).toBe(0);
+  }, 60_000);
 });

@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { readEvent } from '@spillway/router/testing';
+import { fingerprint } from '@spillway/router/testing';
 import { isSpillwayError } from '@spillway/shared';
 import { Queue } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
+import { startPrivateRedis } from '../../../test/helpers/redis-server.ts';
 import { makeEvent, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
+import { waitFor } from '../../../test/helpers/wait.ts';
 import { createIntake, createRuntime, type Runtime } from '../src/index.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -43,18 +45,24 @@ describe('durable intake', () => {
     expect(await jobsIn(rt)).toEqual({ count: 1, events: 50 });
   });
 
-  it('an accepted event is readable at once (GET right after the 202 finds it, deliveries pending fan-out)', async () => {
+  it('an accepted id is kept as an 8-byte fingerprint in a slot bucket, not as a key of its own', async () => {
     const { rt, intake } = intakeOn();
-    const ev = makeEvent('acme', 'readable');
-    expect(await readEvent(rt.redis, rt.keys, 'acme', 'readable')).toBeUndefined();
-    await intake.submit(ev);
-    const view = await readEvent(rt.redis, rt.keys, 'acme', 'readable');
-    expect(view).toMatchObject({
-      id: 'readable',
-      type: ev.type,
-      receivedAt: new Date(ev.receivedAt).toISOString(),
-      deliveries: [],
-    });
+    const tenant = `fp-${randomBytes(3).toString('hex')}`;
+    for (let i = 0; i < 300; i++) await intake.submit(makeEvent(tenant, `f${i}`));
+    const base = rt.keys.dedupBase(tenant);
+    const all = await rt.redis.keys(`${base}:*`);
+    const buckets = all.filter((k) => /:\d+:\d+:\d+$/.test(k));
+    const markers = all.filter((k) => k.startsWith(`${base}:p:`));
+    let bytes = 0;
+    for (const k of buckets) bytes += (await rt.redis.getBuffer(k))!.length;
+    expect(bytes).toBe(300 * 8);
+    // The only per-id keys are the "just accepted" markers, and they live for a minute.
+    expect(markers).toHaveLength(300);
+    for (const k of markers.slice(0, 20)) expect(await rt.redis.pttl(k)).toBeLessThanOrEqual(60_000);
+    // Once the markers are gone, the fingerprints alone answer "duplicate".
+    await rt.redis.del(...markers);
+    expect(await intake.submit(makeEvent(tenant, 'f7'))).toEqual({ id: 'f7', duplicate: true });
+    expect(await intake.submit(makeEvent(tenant, 'new-one'))).toEqual({ id: 'new-one', duplicate: false });
   });
 
   it('two concurrent submits of one id: exactly one accepted and one duplicate; later ones are duplicates too', async () => {
@@ -118,16 +126,68 @@ describe('durable intake', () => {
     const { rt, intake } = intakeOn();
     const id = `m-${randomBytes(3).toString('hex')}`;
     await intake.submit(makeEvent('acme', id));
-    expect(await rt.redis.get(rt.keys.dedup('acme', id))).toBe('d');
-    expect(await rt.redis.pttl(rt.keys.dedup('acme', id))).toBeGreaterThan(60_000);
+    const marker = (eid: string) => `${rt.keys.dedupBase('acme')}:p:${fingerprint(eid).dedup}`;
+    expect(await rt.redis.get(marker(id))).toBe('d');
+    // The window is the fingerprint buckets' TTL (the window plus one slot).
+    const buckets = (await rt.redis.keys(`${rt.keys.dedupBase('acme')}:*`)).filter((k) =>
+      /:\d+:\d+:\d+$/.test(k),
+    );
+    expect(Math.min(...(await Promise.all(buckets.map((k) => rt.redis.pttl(k)))))).toBeGreaterThan(
+      86_400_000,
+    );
 
     // Another process reserved this id and has not made it durable (yet, or ever).
     const other = `o-${randomBytes(3).toString('hex')}`;
-    await rt.redis.set(rt.keys.dedup('acme', other), 'p:someone-else', 'PX', 30_000);
+    await rt.redis.set(marker(other), 'p:someone-else', 'PX', 30_000);
     const err = await intake.submit(makeEvent('acme', other)).catch((e: unknown) => e);
     expect(isSpillwayError(err, 'SPW_ERR_UNAVAILABLE')).toBe(true);
     // Its commit failed and released the marker: the client's retry is accepted.
-    await rt.redis.del(rt.keys.dedup('acme', other));
+    await rt.redis.del(marker(other));
     expect(await intake.submit(makeEvent('acme', other))).toEqual({ id: other, duplicate: false });
+  });
+
+  it('SPILLWAY_REDIS_WAIT_REPLICAS: a commit waits for a connected replica; one that does not confirm answers 503 and releases its markers', async () => {
+    const master = await startPrivateRedis({ aof: 'off' });
+    cleanup.push(() => master.destroy());
+    const { rt, intake } = intakeOn({
+      SPILLWAY_REDIS_URL: master.url,
+      SPILLWAY_REDIS_WAIT_REPLICAS: '1',
+      SPILLWAY_REDIS_WAIT_TIMEOUT: '50ms',
+    });
+    // No replica connected: nothing to wait for, accepted as on a standalone Redis.
+    expect(await intake.submit(makeEvent('acme', 'w0'))).toEqual({ id: 'w0', duplicate: false });
+
+    const replica = await startPrivateRedis({ aof: 'off' });
+    cleanup.push(() => replica.destroy());
+    const { Redis } = await import('ioredis');
+    const r = new Redis(replica.url);
+    cleanup.push(async () => r.disconnect());
+    await r.replicaof('127.0.0.1', master.port);
+    await waitFor(
+      async () => (await r.info('replication')).includes('master_link_status:up'),
+      'replica in sync',
+      20_000,
+    );
+    const pid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1]);
+    // The replica count is cached for a second: let the intake see the replica.
+    await waitFor(
+      async () => (await intake.submit(makeEvent('acme', `w1-${Date.now()}`)).catch(() => null)) !== null,
+      'a confirmed commit',
+      5_000,
+    );
+    await new Promise((res) => setTimeout(res, 1100));
+    expect(await intake.submit(makeEvent('acme', 'w1'))).toEqual({ id: 'w1', duplicate: false });
+    expect(await rt.redis.get(`${rt.keys.dedupBase('acme')}:p:${fingerprint('w1').dedup}`)).toBe('d');
+
+    // The replica stops answering (still connected): the commit is on the master only → 503.
+    process.kill(pid, 'SIGSTOP');
+    cleanup.push(async () => void process.kill(pid, 'SIGCONT'));
+    const err = await intake.submit(makeEvent('acme', 'w2')).catch((e: unknown) => e);
+    expect(isSpillwayError(err, 'SPW_ERR_UNAVAILABLE')).toBe(true);
+    expect((err as { retryAfter?: number }).retryAfter).toBe(1);
+    // Its marker was released, not promoted: the provider's retry is not answered "duplicate".
+    expect(await rt.redis.get(`${rt.keys.dedupBase('acme')}:p:${fingerprint('w2').dedup}`)).toBeNull();
+    process.kill(pid, 'SIGCONT');
+    expect(await intake.submit(makeEvent('acme', 'w2'))).toEqual({ id: 'w2', duplicate: false });
   });
 });

@@ -42,6 +42,8 @@ export interface DeliveryAttemptMessage {
   outcome: string;
   status?: number;
   durationMs: number;
+  /** Set when the event went in a batch: the request's `webhook-id` (one message per event of it). */
+  batchId?: string;
 }
 
 export interface BreakerChangeMessage {

@@ -8,12 +8,13 @@ import type { RedisClient } from './redis.ts';
  * File names follow one rule, `<name>-<numkeys>.lua`, and `<numkeys>` is either
  *   - `<k>`:  the script takes exactly k KEYS (`dedup-release-1.lua`, `lease-1.lua`), called as
  *             `redis.dedupRelease(key, ...argv)`; or
- *   - `<k>n`: the script takes k KEYS per item for any number of items (`dedup-reserve-1n.lua`: one
- *             dedup key per event), called with the KEYS count first:
+ *   - `<k>n`: the script takes k KEYS per item for any number of items (`<name>-1n.lua`: one
+ *             key per item), called with the KEYS count first:
  *             `redis.dedupReserve(keys.length, ...keys, ...argv)`.
  * The command is the camel-cased `<name>` (`dedup-reserve` → `dedupReserve`). Each script opens with
  * a header stating its KEYS, ARGV and return values. On Redis Cluster every key of one call must
- * share one hash tag (one tenant's `{t:<tenant>}`).
+ * share one hash tag (one tenant's `{t:<tenant>}`). A line `--@include fingerprints.lua` (any file of `packages/shared/src/lua/`) pastes
+ * that file of shared helpers there.
  */
 export function defineCommands<C>(redis: RedisClient, dir: URL, files: readonly string[]): RedisClient & C {
   const r = redis as unknown as Record<string, unknown> & {
@@ -40,10 +41,19 @@ export function parseScriptName(file: string): { command: string; numberOfKeys: 
 }
 
 const texts = new Map<string, string>();
+/** Lua helpers shared by every package's scripts (`--@include <file>.lua`). */
+const LUA_LIB = new URL('./lua/', import.meta.url);
+/**
+ * A script's text, with each `--@include <file>.lua` line replaced by that file from
+ * `packages/shared/src/lua/`: Lua helpers several scripts share (the router's dedup and history
+ * scripts, ingest's body claims) live in one file there, not in each script or package.
+ */
 function readLua(url: URL): string {
   let lua = texts.get(url.href);
   if (lua === undefined) {
-    lua = readFileSync(url, 'utf8');
+    lua = readFileSync(url, 'utf8').replace(/^--@include (\S+\.lua)\s*$/gm, (_l, file: string) =>
+      readLua(new URL(file, LUA_LIB)),
+    );
     texts.set(url.href, lua);
   }
   return lua;

@@ -2,10 +2,13 @@ import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { parseDuration } from './duration.ts';
 import { errors } from './errors.ts';
+import { createPlainBox, createSecretBox, parseSecretKey, type SecretBox } from './secret-box.ts';
+import type { Rate } from './types.ts';
+import { whsecProblem } from './whsec.ts';
 
 /**
- * Every environment variable Spillway reads, with its default, in one object. CONTRACT.md lists the
- * public ones; the rest are operator knobs documented in docs/operations.md.
+ * Every environment variable Spillway reads, with its default, in one object. docs/operations.md
+ * documents each; docs/contract-changes.md marks those the contract did not name.
  */
 export const DEFAULTS = {
   SPILLWAY_REDIS_URL: 'redis://127.0.0.1:6379',
@@ -20,6 +23,12 @@ export const DEFAULTS = {
    */
   SPILLWAY_ADMIN_HOST: '127.0.0.1',
   SPILLWAY_INGEST_BACKEND: 'auto',
+  /**
+   * Ingest processes `spillway start` runs on the ingest port (`--role ingest` or `all`), each with
+   * its own SO_REUSEPORT socket, under one supervisor (docs/edge.md, "Ingest workers"). 1 to 16:
+   * the steering program's socket array holds 16.
+   */
+  SPILLWAY_INGEST_WORKERS: '1',
   SPILLWAY_RETRY_SCHEDULE: '5s,5m,30m,2h,5h,10h,10h',
   SPILLWAY_TARGET_ALLOW_CIDRS: '',
   SPILLWAY_DEDUP_WINDOW: '24h',
@@ -40,6 +49,13 @@ export const DEFAULTS = {
   /** How long to collect accepted events before making them durable in one round trip. */
   SPILLWAY_GROUP_COMMIT: '2ms',
   /**
+   * Replicas that must confirm a group commit (Redis WAIT) before its events are answered 202;
+   * fewer within SPILLWAY_REDIS_WAIT_TIMEOUT → 503 (the provider retries; dedup makes that safe).
+   * Empty: 1 on a Redis Cluster (its replication is asynchronous), 0 on a standalone Redis.
+   */
+  SPILLWAY_REDIS_WAIT_REPLICAS: '',
+  SPILLWAY_REDIS_WAIT_TIMEOUT: '100ms',
+  /**
    * Lock of an active intake/retry job (BullMQ lockDuration, renewed every half of it). After a
    * kill -9 the job moves to another worker within lock + stalled interval.
    */
@@ -52,6 +68,60 @@ export const DEFAULTS = {
   SPILLWAY_ADMIN_URL: 'http://127.0.0.1:8081',
   /** `0` turns off the V8/malloc memory tuning `bin/spillway.mjs` applies to worker roles. */
   SPILLWAY_NODE_TUNING: '1',
+  /**
+   * How long the event log and the attempt history are kept (Kafka time retention and the TTL of
+   * their Redis indexes), and how many entries each capped index (failed attempts per endpoint,
+   * failed events per tenant) holds at most: `<duration>[,<count>]`.
+   */
+  SPILLWAY_RECORD_RETENTION: '168h,100000',
+  /** Kafka topics of the history: `<this>.events`, `<this>.attempts`, `<this>.dlq` (the DLQ archive). */
+  SPILLWAY_HISTORY_TOPIC: 'spillway.history',
+  /** Partitions when Spillway creates the history topics. */
+  SPILLWAY_HISTORY_PARTITIONS: '12',
+  /** Dead letters a tenant keeps in Redis (with bodies); older ones move to the Kafka DLQ archive. */
+  SPILLWAY_DLQ_CAP: '10000',
+  /** How long a dead letter stays in Redis before it moves to the archive. */
+  SPILLWAY_DLQ_TTL: '168h',
+  /** Operators are notified (SPILLWAY_NOTIFY_URL) when a tenant's DLQ reaches this many entries. */
+  SPILLWAY_DLQ_ALERT: '1000',
+  /**
+   * An endpoint whose every attempt failed for this long is disabled (`disabledReason: failing`),
+   * as after a 410; `off` never disables for failures.
+   */
+  SPILLWAY_ENDPOINT_DISABLE_AFTER: '120h',
+  /** Operator notifications (endpoint disabled, DLQ over SPILLWAY_DLQ_ALERT, tenant over quota): a webhook URL. */
+  SPILLWAY_NOTIFY_URL: '',
+  /** The `whsec_` secret operator notifications are signed with (Standard Webhooks, as deliveries). */
+  SPILLWAY_NOTIFY_SECRET: '',
+  /**
+   * Keys of earlier SPILLWAY_SECRET_KEYs (comma-separated, same format) that still open stored
+   * secrets during a key rotation; nothing is sealed under them. SPILLWAY_SECRET_KEY itself has no
+   * default (`spillway start` requires it).
+   */
+  SPILLWAY_SECRET_KEY_PREVIOUS: '',
+  /** Events a tenant may post through the events API per UTC day, unless its limits say otherwise; `off`: no quota. */
+  SPILLWAY_TENANT_EVENTS_PER_DAY: '10000000',
+  /** Events API rate per tenant, `<perSecond>:<burst>`, unless its limits say otherwise; `off`: none. */
+  SPILLWAY_TENANT_EVENT_RATE: '1000:2000',
+  /**
+   * PEM certificate chain and private key (paths) for TLS on the ingest port; both or neither.
+   * Re-read on SIGHUP (docs/ingest.md, "One port").
+   */
+  SPILLWAY_TLS_CERT: '',
+  SPILLWAY_TLS_KEY: '',
+  /** `on`: `spillway start` attaches the kernel edge (docs/edge.md) when it has the capabilities. */
+  SPILLWAY_EDGE: 'off',
+  /** Interfaces the XDP allowlist attaches to (comma-separated); empty: the drop tracer only. */
+  SPILLWAY_EDGE_DEVICES: '',
+  /** XDP verdict mode set when the edge attaches: monitor (count only) or enforce. */
+  SPILLWAY_EDGE_MODE: 'monitor',
+  /**
+   * Provider ranges the allowlist refresher loads, comma-separated: http(s) URLs (GitHub's
+   * `/meta`, Stripe's webhook IP list) or file paths; plus every source's allowCidrs.
+   */
+  SPILLWAY_EDGE_RANGES: '',
+  /** How often the refresher reloads the ranges. */
+  SPILLWAY_EDGE_RANGES_INTERVAL: '1h',
 } as const;
 
 /** Reports a bad value (one line naming the variable) from inside a zod transform. */
@@ -88,6 +158,9 @@ const duration = (name: string) =>
     }
     return ms;
   });
+
+/** A 32-byte key (hex or base64); the message names the variable, never the value. */
+const KEY_FORMAT = '32 random bytes as 64 hex characters or base64 (openssl rand -base64 32)';
 
 /** A duration within [minMs, maxMs]; the message names the variable and the bounds. */
 const durationWithin = (name: string, minMs: number, maxMs: number, why: string) =>
@@ -196,8 +269,21 @@ const schema = z.object({
     )
     .transform((v) => (v === '' ? undefined : Number(v))),
   SPILLWAY_INGEST_BODY_BUDGET: positiveInt('SPILLWAY_INGEST_BODY_BUDGET'),
+  SPILLWAY_INGEST_WORKERS: z
+    .string()
+    .regex(/^[1-9]\d*$/, 'SPILLWAY_INGEST_WORKERS must be a whole number from 1 to 16')
+    .transform(Number)
+    .refine(
+      (n) => n <= 16,
+      'SPILLWAY_INGEST_WORKERS must be a whole number from 1 to 16 (the steering program holds 16 sockets)',
+    ),
   SPILLWAY_WORKER_BODY_BUDGET: positiveInt('SPILLWAY_WORKER_BODY_BUDGET'),
   SPILLWAY_GROUP_COMMIT: duration('SPILLWAY_GROUP_COMMIT'),
+  SPILLWAY_REDIS_WAIT_REPLICAS: z
+    .string()
+    .regex(/^([0-9])?$/, 'SPILLWAY_REDIS_WAIT_REPLICAS must be empty (1 on a cluster, else 0) or 0-9')
+    .transform((v) => (v === '' ? undefined : Number(v))),
+  SPILLWAY_REDIS_WAIT_TIMEOUT: duration('SPILLWAY_REDIS_WAIT_TIMEOUT'),
   SPILLWAY_JOB_LOCK: durationWithin(
     'SPILLWAY_JOB_LOCK',
     1000,
@@ -223,12 +309,137 @@ const schema = z.object({
   SPILLWAY_NODE_TUNING: z.enum(['0', '1'], {
     error: (i) => `SPILLWAY_NODE_TUNING must be 0 or 1 (got "${String(i.input)}")`,
   }),
+  SPILLWAY_RECORD_RETENTION: z.string().transform((s, ctx) => {
+    const [d = '', c] = s.split(',').map((x) => x.trim());
+    const ms = parseDuration(d);
+    const count = c === undefined ? 100_000 : /^[1-9]\d{0,8}$/.test(c) ? Number(c) : Number.NaN;
+    if (ms === undefined || ms < 60_000 || ms > 90 * 24 * 3_600_000 || !Number.isFinite(count))
+      return invalid(
+        ctx,
+        `SPILLWAY_RECORD_RETENTION must be <duration>[,<count>], duration 1m-2160h, e.g. 168h,100000 (got "${s}")`,
+      );
+    return { ms, count };
+  }),
+  SPILLWAY_HISTORY_TOPIC: z
+    .string()
+    .regex(/^[a-zA-Z0-9._-]{1,180}$/, 'SPILLWAY_HISTORY_TOPIC must be a valid Kafka topic name prefix'),
+  SPILLWAY_HISTORY_PARTITIONS: positiveInt('SPILLWAY_HISTORY_PARTITIONS'),
+  SPILLWAY_DLQ_CAP: positiveInt('SPILLWAY_DLQ_CAP'),
+  SPILLWAY_DLQ_TTL: duration('SPILLWAY_DLQ_TTL'),
+  SPILLWAY_DLQ_ALERT: positiveInt('SPILLWAY_DLQ_ALERT'),
+  SPILLWAY_ENDPOINT_DISABLE_AFTER: z.string().transform((s, ctx) => {
+    if (s === 'off') return undefined;
+    const ms = parseDuration(s);
+    if (ms === undefined || ms < 1000)
+      return invalid(
+        ctx,
+        `SPILLWAY_ENDPOINT_DISABLE_AFTER must be a duration like 120h (at least 1s), or off (got "${s}")`,
+      );
+    return ms;
+  }),
+  SPILLWAY_NOTIFY_URL: z.string().transform((s, ctx) => {
+    if (s === '') return undefined;
+    if (/^https?:\/\/[^/\s]+/.test(s) && URL.canParse(s)) return s;
+    return invalid(
+      ctx,
+      `SPILLWAY_NOTIFY_URL must be an http:// or https:// URL (got "${redactUserinfo(s)}")`,
+    );
+  }),
+  SPILLWAY_NOTIFY_SECRET: z.string().transform((s, ctx) => {
+    if (s === '') return undefined;
+    const problem = whsecProblem(s, 'SPILLWAY_NOTIFY_SECRET');
+    if (problem) return invalid(ctx, problem);
+    return s;
+  }),
+  SPILLWAY_SECRET_KEY: z
+    .string()
+    .optional()
+    .transform((s, ctx) => {
+      if (s === undefined) return undefined;
+      return parseSecretKey(s) ?? invalid(ctx, `SPILLWAY_SECRET_KEY must be ${KEY_FORMAT}`);
+    }),
+  SPILLWAY_SECRET_KEY_PREVIOUS: z
+    .string()
+    .transform((s, ctx) =>
+      csv(s).map(
+        (item, i) =>
+          parseSecretKey(item) ??
+          invalid(ctx, `SPILLWAY_SECRET_KEY_PREVIOUS: key ${i + 1} of the list must be ${KEY_FORMAT}`),
+      ),
+    ),
+  SPILLWAY_TENANT_EVENTS_PER_DAY: z.string().transform((s, ctx) => {
+    if (s === 'off') return undefined;
+    if (/^[1-9]\d{0,11}$/.test(s)) return Number(s);
+    return invalid(ctx, `SPILLWAY_TENANT_EVENTS_PER_DAY must be a positive whole number or off (got "${s}")`);
+  }),
+  SPILLWAY_TENANT_EVENT_RATE: z.string().transform((s, ctx): Rate | undefined => {
+    if (s === 'off') return undefined;
+    const m = /^(\d+(?:\.\d+)?)(?::([1-9]\d*))?$/.exec(s);
+    const perSecond = Number(m?.[1]);
+    if (m && perSecond > 0 && perSecond <= 1_000_000)
+      return { perSecond, burst: m[2] ? Number(m[2]) : Math.max(1, Math.ceil(perSecond)) };
+    return invalid(
+      ctx,
+      `SPILLWAY_TENANT_EVENT_RATE must be <perSecond>[:<burst>] like 1000:2000, or off (got "${s}")`,
+    );
+  }),
+  SPILLWAY_TLS_CERT: z.string(),
+  SPILLWAY_TLS_KEY: z.string(),
+  SPILLWAY_EDGE: z.enum(['on', 'off'], {
+    error: (i) => `SPILLWAY_EDGE must be on or off (got "${String(i.input)}")`,
+  }),
+  SPILLWAY_EDGE_DEVICES: z.string().transform((s, ctx) => {
+    const list = csv(s);
+    const bad = list.find((d) => !/^[A-Za-z0-9_.:@-]{1,15}$/.test(d));
+    if (bad !== undefined)
+      return invalid(ctx, `SPILLWAY_EDGE_DEVICES has an invalid interface name "${bad}" (e.g. eth0,ens5)`);
+    return list;
+  }),
+  SPILLWAY_EDGE_MODE: z.enum(['monitor', 'enforce', 'off'], {
+    error: (i) => `SPILLWAY_EDGE_MODE must be monitor, enforce or off (got "${String(i.input)}")`,
+  }),
+  SPILLWAY_EDGE_RANGES: z.string().transform((s, ctx) => {
+    const list = csv(s);
+    for (const r of list) {
+      if (/^[a-z][a-z0-9+.-]*:\/\//i.test(r) && !(/^https?:\/\//.test(r) && URL.canParse(r)))
+        return invalid(ctx, `SPILLWAY_EDGE_RANGES: "${r}" is neither an http(s) URL nor a file path`);
+    }
+    return list;
+  }),
+  SPILLWAY_EDGE_RANGES_INTERVAL: durationWithin(
+    'SPILLWAY_EDGE_RANGES_INTERVAL',
+    1000,
+    7 * 24 * 3_600_000,
+    'providers publish range changes days ahead; a fetch per second at most',
+  ),
 });
 
 /** The server's variables (`spillway start`); the CLI's and bin's are read by their own loaders. */
-const serverSchema = schema.omit({ SPILLWAY_ADMIN_URL: true, SPILLWAY_NODE_TUNING: true });
+const serverSchema = schema
+  .omit({ SPILLWAY_ADMIN_URL: true, SPILLWAY_NODE_TUNING: true })
+  .superRefine((c, ctx) => {
+    // Workers that each bind port 0 would each get a port of their own, not one shared group.
+    if (c.SPILLWAY_INGEST_WORKERS > 1 && c.SPILLWAY_INGEST_PORT === 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['SPILLWAY_INGEST_WORKERS'],
+        message:
+          'SPILLWAY_INGEST_WORKERS above 1 needs a fixed SPILLWAY_INGEST_PORT (workers share it; 0 would give each its own)',
+      });
+    // A certificate without its key (or the reverse) cannot serve TLS: say which one is missing.
+    if ((c.SPILLWAY_TLS_CERT === '') !== (c.SPILLWAY_TLS_KEY === '')) {
+      const missing = c.SPILLWAY_TLS_CERT === '' ? 'SPILLWAY_TLS_CERT' : 'SPILLWAY_TLS_KEY';
+      const given = missing === 'SPILLWAY_TLS_CERT' ? 'SPILLWAY_TLS_KEY' : 'SPILLWAY_TLS_CERT';
+      ctx.addIssue({
+        code: 'custom',
+        path: [missing],
+        message: `${missing} must be set when ${given} is (PEM file paths for TLS on the ingest port; set both or neither)`,
+      });
+    }
+  });
 const cliSchema = schema.pick({ SPILLWAY_ADMIN_URL: true, SPILLWAY_ADMIN_TOKEN: true });
 const tuningSchema = schema.pick({ SPILLWAY_NODE_TUNING: true });
+const edgeToolSchema = schema.pick({ SPILLWAY_INGEST_PORT: true });
 
 /** Fills defaults, validates with `s` and throws one line naming the first bad variable. */
 function parseEnv<S extends z.ZodType>(env: NodeJS.ProcessEnv, s: S): z.output<S> {
@@ -236,6 +447,7 @@ function parseEnv<S extends z.ZodType>(env: NodeJS.ProcessEnv, s: S): z.output<S
   for (const [k, v] of Object.entries(DEFAULTS)) raw[k] = env[k] === undefined || env[k] === '' ? v : env[k];
   raw.SPILLWAY_ADMIN_TOKEN = env.SPILLWAY_ADMIN_TOKEN || undefined;
   raw.SPILLWAY_METRICS_TOKEN = env.SPILLWAY_METRICS_TOKEN || undefined;
+  raw.SPILLWAY_SECRET_KEY = env.SPILLWAY_SECRET_KEY || undefined;
   const parsed = s.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -260,6 +472,8 @@ export interface Config {
   /** Bearer token /metrics requires when set. */
   metricsToken: string | undefined;
   ingestBackend: 'uring' | 'node' | 'auto';
+  /** Ingest processes sharing the ingest port (SO_REUSEPORT); above 1 `start` supervises them. */
+  ingestWorkers: number;
   retryScheduleMs: number[];
   /** Maximum delivery attempts: the schedule's length + 1. */
   maxAttempts: number;
@@ -274,12 +488,47 @@ export interface Config {
   ingestBodyBudget: number;
   workerBodyBudget: number;
   groupCommitMs: number;
+  /** Replicas a group commit waits for (WAIT) before it answers; 0 = none. */
+  redisWaitReplicas: number;
+  redisWaitTimeoutMs: number;
   /** BullMQ lockDuration of intake/retry jobs (ms). */
   jobLockMs: number;
   /** BullMQ stalledInterval (ms). */
   jobStalledIntervalMs: number;
   /** Spill drainer consumer-group session timeout (ms). */
   kafkaSessionTimeoutMs: number;
+  /** SPILLWAY_RECORD_RETENTION: how long history is kept (ms) and the cap of each capped index. */
+  recordRetention: { ms: number; count: number };
+  /** SPILLWAY_HISTORY_TOPIC: prefix of the history topics. */
+  historyTopic: string;
+  historyPartitions: number;
+  /** Dead letters per tenant in Redis; older ones are archived to `<historyTopic>.dlq`. */
+  dlqCap: number;
+  dlqTtlMs: number;
+  /** SPILLWAY_DLQ_ALERT: DLQ length that notifies the operator. */
+  dlqAlert: number;
+  /** SPILLWAY_ENDPOINT_DISABLE_AFTER (ms); undefined = off. */
+  endpointDisableAfterMs: number | undefined;
+  /** SPILLWAY_NOTIFY_URL / SPILLWAY_NOTIFY_SECRET; the URL needs the secret. */
+  notify: { url: string; secret: string } | undefined;
+  /** SPILLWAY_SECRET_KEY, decoded (32 bytes); without it secrets are stored unencrypted (`secretBoxOf`). */
+  secretKey: Buffer | undefined;
+  /** SPILLWAY_SECRET_KEY_PREVIOUS, decoded: keys that still open stored secrets. */
+  secretKeysPrevious: readonly Buffer[];
+  /** Default events-API quota per tenant and UTC day; undefined: none. */
+  tenantEventsPerDay: number | undefined;
+  /** Default events-API rate per tenant; undefined: none. */
+  tenantEventRate: Readonly<Rate> | undefined;
+  /** TLS on the ingest port: PEM paths (read at start and on SIGHUP); undefined = no TLS. */
+  tls: { certPath: string; keyPath: string } | undefined;
+  /** The kernel edge: attach at start (`on`), where, in which mode, and the allowlist refresher. */
+  edge: {
+    enabled: boolean;
+    devices: string[];
+    mode: 'monitor' | 'enforce' | 'off';
+    ranges: string[];
+    rangesIntervalMs: number;
+  };
 }
 
 /**
@@ -298,6 +547,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     adminToken: c.SPILLWAY_ADMIN_TOKEN,
     metricsToken: c.SPILLWAY_METRICS_TOKEN,
     ingestBackend: c.SPILLWAY_INGEST_BACKEND,
+    ingestWorkers: c.SPILLWAY_INGEST_WORKERS,
     retryScheduleMs: Object.freeze(c.SPILLWAY_RETRY_SCHEDULE) as number[],
     maxAttempts: c.SPILLWAY_RETRY_SCHEDULE.length + 1,
     targetAllowCidrs: Object.freeze(c.SPILLWAY_TARGET_ALLOW_CIDRS) as string[],
@@ -310,10 +560,42 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     ingestBodyBudget: c.SPILLWAY_INGEST_BODY_BUDGET,
     workerBodyBudget: c.SPILLWAY_WORKER_BODY_BUDGET,
     groupCommitMs: c.SPILLWAY_GROUP_COMMIT,
+    redisWaitReplicas: c.SPILLWAY_REDIS_WAIT_REPLICAS ?? (c.SPILLWAY_REDIS_URL.kind === 'cluster' ? 1 : 0),
+    redisWaitTimeoutMs: c.SPILLWAY_REDIS_WAIT_TIMEOUT,
     jobLockMs: c.SPILLWAY_JOB_LOCK,
     jobStalledIntervalMs: c.SPILLWAY_JOB_STALLED_INTERVAL,
     kafkaSessionTimeoutMs: c.SPILLWAY_KAFKA_SESSION_TIMEOUT,
+    recordRetention: Object.freeze(c.SPILLWAY_RECORD_RETENTION),
+    historyTopic: c.SPILLWAY_HISTORY_TOPIC,
+    historyPartitions: c.SPILLWAY_HISTORY_PARTITIONS,
+    dlqCap: c.SPILLWAY_DLQ_CAP,
+    dlqTtlMs: c.SPILLWAY_DLQ_TTL,
+    dlqAlert: c.SPILLWAY_DLQ_ALERT,
+    endpointDisableAfterMs: c.SPILLWAY_ENDPOINT_DISABLE_AFTER,
+    notify: notifyOf(c.SPILLWAY_NOTIFY_URL, c.SPILLWAY_NOTIFY_SECRET),
+    secretKey: c.SPILLWAY_SECRET_KEY,
+    secretKeysPrevious: Object.freeze(c.SPILLWAY_SECRET_KEY_PREVIOUS),
+    tenantEventsPerDay: c.SPILLWAY_TENANT_EVENTS_PER_DAY,
+    tenantEventRate: c.SPILLWAY_TENANT_EVENT_RATE && Object.freeze(c.SPILLWAY_TENANT_EVENT_RATE),
+    tls:
+      c.SPILLWAY_TLS_CERT === ''
+        ? undefined
+        : Object.freeze({ certPath: c.SPILLWAY_TLS_CERT, keyPath: c.SPILLWAY_TLS_KEY }),
+    edge: Object.freeze({
+      enabled: c.SPILLWAY_EDGE === 'on',
+      devices: Object.freeze(c.SPILLWAY_EDGE_DEVICES) as string[],
+      mode: c.SPILLWAY_EDGE_MODE,
+      ranges: Object.freeze(c.SPILLWAY_EDGE_RANGES) as string[],
+      rangesIntervalMs: c.SPILLWAY_EDGE_RANGES_INTERVAL,
+    }),
   });
+}
+
+function notifyOf(url: string | undefined, secret: string | undefined): Config['notify'] {
+  if (url === undefined) return undefined;
+  if (secret === undefined)
+    throw errors.config('SPILLWAY_NOTIFY_SECRET is required with SPILLWAY_NOTIFY_URL (whsec_ + base64)');
+  return Object.freeze({ url, secret });
 }
 
 /** What the operator CLI reads: the admin API's URL and token (nothing else is validated). */
@@ -327,6 +609,28 @@ export function loadCliConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Cl
   return Object.freeze({
     adminUrl: c.SPILLWAY_ADMIN_URL,
     adminToken: c.SPILLWAY_ADMIN_TOKEN,
+  });
+}
+
+/**
+ * What the kernel-edge helpers of @spillway/ingest (edge.ts: the loader runs of `spillway edge ...`
+ * and of the ingest role) read: the loader's path override and the ingest port they judge by default.
+ */
+export interface EdgeToolConfig {
+  /** SPILLWAY_EDGE_LOADER: the loader's path (tests point it elsewhere); unset: bpf/.build/spillway-edge. */
+  readonly loader: string | undefined;
+  /** SPILLWAY_INGEST_PORT, validated when first read (throws SPW_ERR_CONFIG naming it). */
+  readonly ingestPort: number;
+}
+
+export function loadEdgeToolConfig(env: NodeJS.ProcessEnv = process.env): EdgeToolConfig {
+  const loader = env.SPILLWAY_EDGE_LOADER || undefined;
+  return Object.freeze({
+    loader,
+    // Lazy: a module that reads the loader path at import must not fail on an unrelated variable.
+    get ingestPort() {
+      return parseEnv(env, edgeToolSchema).SPILLWAY_INGEST_PORT;
+    },
   });
 }
 
@@ -362,4 +666,15 @@ export function requireAdminToken(config: Readonly<Config>): string {
   if (config.adminToken.length < 16)
     throw errors.config('SPILLWAY_ADMIN_TOKEN must be at least 16 characters');
   return config.adminToken;
+}
+
+/**
+ * The box for stored endpoint and source secrets: AES-256-GCM under SPILLWAY_SECRET_KEY when it is
+ * set (the images, manifests and `infra/local/up.sh` set it); without it, secrets are stored as
+ * they are and `encrypted` is false, so `spillway start` can say so in one warning line
+ * (docs/contract-changes.md: the contract makes only SPILLWAY_ADMIN_TOKEN required).
+ */
+export function secretBoxOf(config: Readonly<Config>): { box: SecretBox; encrypted: boolean } {
+  if (!config.secretKey) return { box: createPlainBox(config.secretKeysPrevious), encrypted: false };
+  return { box: createSecretBox(config.secretKey, config.secretKeysPrevious), encrypted: true };
 }

@@ -43,15 +43,24 @@ export const errors = {
   unauthorized: make('SPW_ERR_UNAUTHORIZED', 'unauthorized', 401),
   forbidden: make('SPW_ERR_FORBIDDEN', 'forbidden', 403),
   notFound: make('SPW_ERR_NOT_FOUND', 'not_found', 404),
+  /** A method the route does not serve (ingest takes POST). */
+  methodNotAllowed: make('SPW_ERR_METHOD_NOT_ALLOWED', 'method_not_allowed', 405),
+  /** The request head or body did not arrive in time (or too slowly). */
+  requestTimeout: make('SPW_ERR_REQUEST_TIMEOUT', 'request_timeout', 408),
   conflict: make('SPW_ERR_CONFLICT', 'conflict', 409),
   tooLarge: make('SPW_ERR_TOO_LARGE', 'payload_too_large', 413),
   unsupportedMediaType: make('SPW_ERR_UNSUPPORTED_MEDIA_TYPE', 'unsupported_media_type', 415),
   rateLimited: make('SPW_ERR_RATE_LIMITED', 'rate_limited', 429),
+  /** A request line + headers over the size limit. */
+  headersTooLarge: make('SPW_ERR_HEADERS_TOO_LARGE', 'headers_too_large', 431),
   /** Durable storage (Redis) or the spill log (Kafka) cannot take the write right now. */
   unavailable: make('SPW_ERR_UNAVAILABLE', 'unavailable', 503),
   /** A delivery target resolved to an address outside the allowlist. */
   targetForbidden: make('SPW_ERR_TARGET_FORBIDDEN', 'target_forbidden', 400),
   internal: make('SPW_ERR_INTERNAL', 'internal', 500),
+  /** A transfer coding (or other HTTP feature) the ingest port does not implement. */
+  notImplemented: make('SPW_ERR_NOT_IMPLEMENTED', 'not_implemented', 501),
+  httpVersionNotSupported: make('SPW_ERR_HTTP_VERSION_NOT_SUPPORTED', 'http_version_not_supported', 505),
 } as const;
 
 export function isSpillwayError(err: unknown, code?: string): err is SpillwayError {

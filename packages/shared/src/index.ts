@@ -14,8 +14,10 @@ export {
   DEFAULTS,
   loadCliConfig,
   loadConfig,
+  loadEdgeToolConfig,
   type RedisTarget,
   requireAdminToken,
+  secretBoxOf,
 } from './config.ts';
 export { formatDuration, parseDuration } from './duration.ts';
 export {
@@ -29,10 +31,27 @@ export {
 } from './errors.ts';
 export { createKeys, type Keys, tenantTag } from './keys.ts';
 export { createLogger, type Logger, packageLogger } from './logger.ts';
-export { counter, gauge, histogram, metricFactory, registry } from './metrics.ts';
+export { counter, gauge, getOrCreateMetric, histogram, metricFactory, registry } from './metrics.ts';
+export { definedOf } from './options.ts';
 export { createQueue, JOB_OPTS } from './queue.ts';
 export { createRedis, type RedisClient } from './redis.ts';
 export { retryDelayMs, retryForever, sleep, withTimeout } from './retry.ts';
+export {
+  createPlainBox,
+  createSecretBox,
+  isSealed,
+  parseSecretKey,
+  type SecretBox,
+  secretKeyId,
+} from './secret-box.ts';
+export { liveSecrets, rotatedSecrets, type SecretHolder } from './secret-rotation.ts';
 export type * from './types.ts';
 export { VERSION } from './version.ts';
-export { generateWhsec, parseWhsec, WHSEC_PREFIX } from './whsec.ts';
+export {
+  generateWhsec,
+  parseWhsec,
+  WHSEC_MIN_KEY_BYTES,
+  WHSEC_PREFIX,
+  WHSEC_SCHEMA_PATTERN,
+  whsecProblem,
+} from './whsec.ts';

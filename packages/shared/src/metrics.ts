@@ -21,9 +21,11 @@ collectDefaultMetrics({ register: registry, prefix: 'spillway_' });
  * workers, intakes and dispatchers in one process, and a module loaded twice (two resolutions of one
  * package) must get the metric already registered instead of a "already registered" throw.
  */
-function getOrCreate<M>(name: string, make: () => M): M {
-  return (registry.getSingleMetric(name) as M | undefined) ?? make();
+export function getOrCreateMetric<M>(reg: Registry, name: string, make: () => M): M {
+  return (reg.getSingleMetric(name) as M | undefined) ?? make();
 }
+
+const getOrCreate = <M>(name: string, make: () => M): M => getOrCreateMetric(registry, name, make);
 
 export function counter<L extends string = string>(
   conf: Omit<CounterConfiguration<L>, 'registers'>,

@@ -14,6 +14,10 @@ export interface TenantLimits {
   concurrency: number;
   /** Absent = unlimited. */
   rate?: Rate;
+  /** Events the events API accepts per UTC day. Absent = SPILLWAY_TENANT_EVENTS_PER_DAY. */
+  eventsPerDay?: number;
+  /** Rate of the events API for this tenant (429 past it). Absent = SPILLWAY_TENANT_EVENT_RATE. */
+  eventRate?: Rate;
 }
 
 export type TenantStatus = 'active' | 'paused';
@@ -23,9 +27,62 @@ export interface Tenant {
   limits: TenantLimits;
   status: TenantStatus;
   createdAt: string;
+  /**
+   * This incarnation of the id: random, set when the tenant is created (ConfigStore). A tenant
+   * deleted and created again under the same id is another tenant; see Endpoint.gen. Absent on
+   * tenants created before incarnations existed.
+   */
+  gen?: string;
 }
 
 export type EndpointStatus = 'active' | 'paused' | 'disabled';
+
+/**
+ * An endpoint's own retry policy; each field absent = the installation's default
+ * (SPILLWAY_RETRY_SCHEDULE, its length + 1 attempts, only 410 permanent).
+ */
+export interface RetryPolicy {
+  /** Delays between attempts (`100ms`, `5s`, `30m`, `2h`). */
+  schedule?: string[];
+  /** Attempts in all before the DLQ. Past the end of the schedule its last delay repeats. */
+  maxAttempts?: number;
+  /** Answers that go to the DLQ at once instead of being retried (410 always does). */
+  permanentStatuses?: number[];
+}
+
+/** Credentials sent in `authorization` with every delivery to the endpoint. */
+export type EndpointAuth =
+  | { type: 'basic'; username: string; password: string }
+  | { type: 'bearer'; token: string };
+
+/** Signature schemes of `webhook-signature`: `v1` HMAC-SHA256 (whsec_), `v1a` Ed25519 (whsk_/whpk_). */
+export type SignatureScheme = 'v1' | 'v1a';
+
+/** An endpoint's Ed25519 key pair (Standard Webhooks `v1a`). */
+export interface Ed25519KeyPair {
+  /** `whsk_` + base64 of the 32-byte seed followed by the 32-byte public key. Never leaves Spillway. */
+  privateKey: string;
+  /** `whpk_` + base64 of the 32-byte public key. */
+  publicKey: string;
+  createdAt: string;
+}
+
+/** Several events per request: sent when `maxEvents` or `maxBytes` is reached, or `lingerMs` after the first. */
+export interface BatchPolicy {
+  maxEvents: number;
+  maxBytes: number;
+  lingerMs: number;
+}
+
+/** `per-key`: events sharing an `orderingKey` are delivered one at a time, in acceptance order. */
+export type OrderingMode = 'none' | 'per-key';
+
+/** A replaced secret that still signs (endpoints) or verifies (sources) until `expiresAt`. */
+export interface PreviousSecret {
+  secret: string;
+  /** ISO-8601. */
+  expiresAt: string;
+}
 
 export interface Endpoint {
   id: string;
@@ -36,13 +93,32 @@ export interface Endpoint {
   /** `whsec_` + base64 of >= 24 random bytes. */
   secret: string;
   /** Secrets still signing during a rotation overlap (both signatures are sent). */
-  previousSecrets?: { secret: string; expiresAt: string }[];
+  previousSecrets?: PreviousSecret[];
   rate?: Rate;
   timeoutMs: number;
   status: EndpointStatus;
   /** Why it was disabled (e.g. `gone` after a 410). */
   disabledReason?: string;
+  /** Absent = the installation's retry schedule. */
+  retry?: RetryPolicy;
+  /** Static headers sent with every delivery (names lower-case; reserved names refused by the admin API). */
+  headers?: Record<string, string>;
+  auth?: EndpointAuth;
+  /** Schemes signed into `webhook-signature`, in this order. Absent = `["v1"]`. */
+  signatures?: SignatureScheme[];
+  /** Present once `v1a` was enabled (or a key was given). */
+  ed25519?: Ed25519KeyPair;
+  batch?: BatchPolicy;
+  /** Absent = `none`. */
+  ordering?: OrderingMode;
   createdAt: string;
+  /**
+   * This incarnation of the id: random, set when the endpoint is created (ConfigStore), never
+   * changed by an update. Every task carries the gen of the endpoint it was made for, so a task
+   * of an endpoint (or tenant) deleted and created again under the same id is discarded, not
+   * delivered to the new owner. Absent on endpoints created before incarnations existed.
+   */
+  gen?: string;
 }
 
 export type SourceKind = 'github' | 'stripe' | 'shopify' | 'standard';
@@ -52,6 +128,8 @@ export interface Source {
   tenantId: string;
   kind: SourceKind;
   secret: string;
+  /** Secrets still accepted during a rotation overlap: a signature by any of them verifies. */
+  previousSecrets?: PreviousSecret[];
   allowCidrs?: string[];
   maxBodyBytes: number;
   /** Ingest rate for this source (429 + Retry-After past it). Absent = unlimited. */
@@ -70,6 +148,8 @@ export interface SpillwayEvent {
   /** The exact bytes received (ingest) or the JSON payload (events API). */
   body: Buffer;
   sourceId?: string;
+  /** Events sharing a key reach `ordering: "per-key"` endpoints one at a time, in acceptance order. */
+  orderingKey?: string;
 }
 
 export type DeliveryStatus = 'pending' | 'delivered' | 'retrying' | 'failed';

@@ -43,16 +43,92 @@ describe('loadConfig', () => {
     ['SPILLWAY_TARGET_ALLOW_CIDRS', '10.0.0.0/33'],
     ['SPILLWAY_DEDUP_WINDOW', '24 hours'],
     ['SPILLWAY_LOG_LEVEL', 'loud'],
+    ['SPILLWAY_RECORD_RETENTION', '7 days'],
+    ['SPILLWAY_RECORD_RETENTION', '168h,0'],
+    ['SPILLWAY_HISTORY_TOPIC', 'bad topic'],
+    ['SPILLWAY_HISTORY_PARTITIONS', '0'],
+    ['SPILLWAY_DLQ_CAP', '-1'],
+    ['SPILLWAY_DLQ_TTL', 'forever'],
+    ['SPILLWAY_DLQ_ALERT', 'x'],
+    ['SPILLWAY_ENDPOINT_DISABLE_AFTER', '5 days'],
+    ['SPILLWAY_NOTIFY_URL', 'ftp://ops.example'],
+    ['SPILLWAY_NOTIFY_SECRET', 'plain'],
+    ['SPILLWAY_TENANT_EVENTS_PER_DAY', '-5'],
+    ['SPILLWAY_TENANT_EVENT_RATE', '10/s'],
+    ['SPILLWAY_EDGE', 'yes'],
+    ['SPILLWAY_EDGE_MODE', 'drop'],
+    ['SPILLWAY_EDGE_DEVICES', 'eth0,not an interface'],
+    ['SPILLWAY_EDGE_RANGES', 'ftp://example.com/ranges'],
+    ['SPILLWAY_EDGE_RANGES_INTERVAL', '10ms'],
+    // A certificate without its key: the message names the one missing.
+    ['SPILLWAY_TLS_KEY', undefined],
   ])('a bad %s fails with one line naming it', (name, value) => {
+    const env: Record<string, string> =
+      value === undefined ? { SPILLWAY_TLS_CERT: '/etc/spillway/cert.pem' } : { [name]: value };
     let message = '';
     try {
-      loadConfig({ [name]: value });
+      loadConfig(env);
     } catch (err) {
       message = (err as Error).message;
       expect((err as { code?: string }).code).toBe('SPW_ERR_CONFIG');
     }
     expect(message).toContain(name);
     expect(message).not.toContain('\n');
+  });
+
+  it('reads TLS paths and the edge settings', () => {
+    expect(loadConfig({}).tls).toBeUndefined();
+    expect(loadConfig({}).edge).toEqual({
+      enabled: false,
+      devices: [],
+      mode: 'monitor',
+      ranges: [],
+      rangesIntervalMs: 3_600_000,
+    });
+    const c = loadConfig({
+      SPILLWAY_TLS_CERT: '/tls/cert.pem',
+      SPILLWAY_TLS_KEY: '/tls/key.pem',
+      SPILLWAY_EDGE: 'on',
+      SPILLWAY_EDGE_DEVICES: 'eth0, ens5',
+      SPILLWAY_EDGE_MODE: 'enforce',
+      SPILLWAY_EDGE_RANGES: 'https://api.github.com/meta,/etc/spillway/stripe.txt',
+      SPILLWAY_EDGE_RANGES_INTERVAL: '15m',
+    });
+    expect(c.tls).toEqual({ certPath: '/tls/cert.pem', keyPath: '/tls/key.pem' });
+    expect(c.edge).toEqual({
+      enabled: true,
+      devices: ['eth0', 'ens5'],
+      mode: 'enforce',
+      ranges: ['https://api.github.com/meta', '/etc/spillway/stripe.txt'],
+      rangesIntervalMs: 900_000,
+    });
+  });
+
+  it('history and health defaults; SPILLWAY_NOTIFY_URL needs its secret', () => {
+    const c = loadConfig({});
+    expect(c.recordRetention).toEqual({ ms: 168 * 3_600_000, count: 100_000 });
+    expect(c.endpointDisableAfterMs).toBe(120 * 3_600_000);
+    expect(c.notify).toBeUndefined();
+    expect(loadConfig({ SPILLWAY_ENDPOINT_DISABLE_AFTER: 'off' }).endpointDisableAfterMs).toBeUndefined();
+    expect(loadConfig({ SPILLWAY_RECORD_RETENTION: '24h,500' }).recordRetention).toEqual({
+      ms: 86_400_000,
+      count: 500,
+    });
+    expect(() => loadConfig({ SPILLWAY_NOTIFY_URL: 'https://ops.example/hook' })).toThrow(
+      /SPILLWAY_NOTIFY_SECRET/,
+    );
+  });
+
+  it('events API quota and rate: defaults, overrides and off', () => {
+    const d = loadConfig({});
+    expect(d.tenantEventsPerDay).toBe(10_000_000);
+    expect(d.tenantEventRate).toEqual({ perSecond: 1000, burst: 2000 });
+    const c = loadConfig({ SPILLWAY_TENANT_EVENTS_PER_DAY: '500', SPILLWAY_TENANT_EVENT_RATE: '2.5' });
+    expect(c.tenantEventsPerDay).toBe(500);
+    expect(c.tenantEventRate).toEqual({ perSecond: 2.5, burst: 3 });
+    const off = loadConfig({ SPILLWAY_TENANT_EVENTS_PER_DAY: 'off', SPILLWAY_TENANT_EVENT_RATE: 'off' });
+    expect(off.tenantEventsPerDay).toBeUndefined();
+    expect(off.tenantEventRate).toBeUndefined();
   });
 
   it('requires an admin token for start', () => {
@@ -67,8 +143,11 @@ describe('keys', () => {
     for (const key of [
       k.tenant('acme'),
       k.endpoints('acme'),
-      k.dedup('acme', 'e1'),
-      k.event('acme', 'e1'),
+      k.dedupBase('acme'),
+      k.eventIdIndex('acme'),
+      k.historyMinutes('acme', 'events'),
+      k.failedAttempts('acme', 'ep1'),
+      k.failedEvents('acme'),
       k.dlq('acme'),
       k.rate('acme', 'ep1'),
     ]) {

@@ -10,28 +10,28 @@
 import { randomBytes } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
+import { Agent } from 'undici';
+import { makeTestCerts, type TestCerts } from '../../helpers/tls.ts';
 import { startNginx } from '../lib/nginx.ts';
 import { forkTs, type Proc } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
-import {
-  deletePrefix,
-  eventBody,
-  postGithub,
-  REDIS_URL,
-  SpillwayCluster,
-  signGithub,
-} from '../lib/spillway.ts';
+import { deletePrefix, postGithub, REDIS_URL, SpillwayCluster } from '../lib/spillway.ts';
 import { perRound, roundsCell, type Spread, spread, worstOf } from '../lib/spread.ts';
 import { deliveryAt, runWrk, type WrkResult } from '../lib/wrk.ts';
 import type { Benchmark } from './types.ts';
 
-async function countKeys(redis: SpillwayCluster['redis'], pattern: string): Promise<number> {
+/**
+ * Ids a tenant's dedup fingerprints hold (docs/storage.md): the sum of the entry counts (`n`) of its
+ * fingerprint slots, `<prefix>:{t:<tenant>}:dd:<slot>:m`.
+ */
+async function seenIds(redis: SpillwayCluster['redis'], prefix: string, tenantId: string): Promise<number> {
   let n = 0;
   let cursor = '0';
+  const pattern = `${prefix}:{t:${tenantId}}:dd:*:m`;
   for (let i = 0; i < 100_000; i++) {
     const [next, keys] = (await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 5000)) as [string, string[]];
-    n += keys.length;
+    for (const k of keys) n += Number((await redis.hget(k, 'n')) ?? 0);
     cursor = next;
     if (cursor === '0') break;
   }
@@ -85,39 +85,61 @@ async function forkWithPort(mod: string, args: string[] = [], env: NodeJS.Proces
   return { proc, ...m };
 }
 
-/** Spillway roles on a fresh prefix: the ingest role alone, or every role in one process. */
-function spillwayTarget(backend: 'node' | 'uring', role: 'ingest' | 'all'): TargetSpec['start'] {
+/** The test CA and certificate the TLS rows serve (made once per run, removed after it). */
+let certs: TestCerts | undefined;
+const tlsCerts = (): TestCerts => {
+  certs ??= makeTestCerts('spillway-bench');
+  return certs;
+};
+
+/**
+ * Spillway roles on a fresh prefix: the ingest role alone, or every role in one process. `tls`: the
+ * ingest port with SPILLWAY_TLS_CERT/KEY, measured over HTTPS (wrk speaks HTTP/1.1 over TLS).
+ */
+function spillwayTarget(backend: 'node' | 'uring', role: 'ingest' | 'all', tls = false): TargetSpec['start'] {
   return async (runTag) => {
     const c = new SpillwayCluster('bi');
     const sink = role === 'all' ? await startSink() : undefined;
+    const dispatcher = tls ? new Agent({ connect: { ca: tlsCerts().ca } }) : undefined;
     const close = async () => {
       await c.close();
       await sink?.close();
+      await dispatcher?.close();
     };
     try {
       await c.tenant('acme');
       const src = await c.githubSource('acme', `gh-${backend}`);
       // All-in-one, as a new user runs it: the worker in the same process delivers what arrives.
       if (sink) await c.endpoint('acme', 'ep', sink.url('ok', 'all'));
-      const r = await c.startRole(role, { SPILLWAY_INGEST_BACKEND: backend });
+      const r = await c.startRole(role, {
+        SPILLWAY_INGEST_BACKEND: backend,
+        ...(tls && { SPILLWAY_TLS_CERT: tlsCerts().certPath, SPILLWAY_TLS_KEY: tlsCerts().keyPath }),
+      });
       if (r.ingestPort === undefined) throw new Error('the process did not open an ingest port');
       // A distinct probe body ([a-z0-9] run tag, as lib/wrk.ts requires).
       const p = deliveryAt(`${runTag.replace(/[^a-z0-9]/g, '').slice(-15)}p`, 0);
-      const probe = await postGithub(r.ingestPort, src, p.id, p.body).catch((e) => String(e));
+      const probe = await postGithub(
+        r.ingestPort,
+        src,
+        p.id,
+        p.body,
+        dispatcher,
+        tls ? 'https' : 'http',
+      ).catch((e) => String(e));
       if (probe !== 202) throw new Error(`a signed probe got ${probe}, not 202`);
       const metrics = await c.metrics(r).catch(() => '');
       const seen =
         /backend="(node|uring)"/.exec(metrics)?.[1] ??
         /backend[=:"\s]+(node|uring)/.exec(r.proc.out() + r.proc.err())?.[1];
       return {
-        url: `http://127.0.0.1:${r.ingestPort}/ingest/${src.id}`,
+        url: `${tls ? 'https' : 'http'}://127.0.0.1:${r.ingestPort}/ingest/${src.id}`,
         headers: PLAIN,
         secret: src.secret,
         probes: 1,
-        // Proof that the 202s were durable, not a stub: every acknowledged delivery id has its
-        // dedup marker in Redis (written with its batch).
+        // Proof that the 202s were durable, not a stub: every acknowledged delivery id is among
+        // the tenant's dedup fingerprints in Redis (made seen with its batch).
         async verify(acked) {
-          const markers = await countKeys(c.redis, `${c.prefix}:{t:acme}:dedup:*`);
+          const markers = await seenIds(c.redis, c.prefix, 'acme');
           const delivered = sink
             ? `its worker delivered ${(await sink.stats('all')).count} of the ${acked} events meanwhile.`
             : undefined;
@@ -126,7 +148,7 @@ function spillwayTarget(backend: 'node' | 'uring', role: 'ingest' | 'all'): Targ
             ? { status: 'ok, durable', note: delivered }
             : {
                 status: `only ${markers}/${acked} durable`,
-                note: `${acked} requests acknowledged but only ${markers} dedup markers in Redis.`,
+                note: `${acked} requests acknowledged but only ${markers} ids among the dedup fingerprints in Redis.`,
               };
         },
         close,
@@ -229,13 +251,33 @@ const TARGETS: TargetSpec[] = [
   { key: 'spw-node', label: 'Spillway ingest (node)', start: spillwayTarget('node', 'ingest') },
   { key: 'spw-uring', label: 'Spillway ingest (uring)', start: spillwayTarget('uring', 'ingest') },
   { key: 'spw-all', label: 'Spillway `spillway start` (all roles)', start: spillwayTarget('node', 'all') },
+  {
+    key: 'nginx-tls',
+    label: 'nginx return 202 over TLS',
+    async start() {
+      const c = tlsCerts();
+      const nginx = await startNginx(1, { certPath: c.certPath, keyPath: c.keyPath, ca: c.ca });
+      return {
+        url: `https://127.0.0.1:${nginx.port}/ingest/x`,
+        headers: PLAIN,
+        secret: PEER_SECRET,
+        close: () => nginx.close(),
+      };
+    },
+  },
+  // The default backend on a kernel that allows io_uring; TLS connections leave the ring for the
+  // node front door (docs/ingest.md, "One port"), so this row is node:tls + the full pipeline.
+  { key: 'spw-tls', label: 'Spillway ingest over TLS', start: spillwayTarget('uring', 'ingest', true) },
 ];
+
+/** Rows over TLS are compared with nginx over TLS, the others with nginx in the clear. */
+const nginxPeer = (key: string) => (key.endsWith('-tls') && key !== 'nginx-tls' ? 'nginx-tls' : 'nginx');
 
 export const ingest: Benchmark = {
   name: 'ingest',
   title: 'Ingest ceiling',
   method:
-    'wrk (1 thread, 64 connections, keep-alive) POSTs a distinct 1 KiB JSON body per request (it carries the delivery id), signed with X-Hub-Signature-256, with its own X-GitHub-Delivery: Spillway deduplicates GitHub bodies on sha256(body), so a fixed body would measure its duplicate path. The signatures are precomputed in node for every request of a run (pool: 3 × the warm-up rate × the run length; a run that outgrows it fails its row); every answer that is not 202 fails the row. Peers: nginx `return 202` (1 worker), a node:http server that reads the body and answers 202, the two Spillway IngestServer backends with a handler that only reads the body and answers 202 (raw ack), and the receiver a team writes in an afternoon ("naive"): node:http reads the body, verifies X-Hub-Signature-256 (HMAC-SHA256, constant-time compare), `Queue.add`s one BullMQ job per event (jobId = delivery id) into the project Redis and answers 202 once Redis has it. Spillway: one `spillway start --role ingest` process per backend (`SPILLWAY_INGEST_BACKEND=node|uring`) on the full verified and durable path against the project Redis (AOF everysec), and `spillway start` with every role in one process (node backend; the tenant has one endpoint on a local sink, so its worker delivers what arrives while ingest is measured) — what a new user runs first. Each target is its own process, started fresh for each measurement and given a discarded warm-up run first. Rounds: 3 (`--quick` 2); each round measures every target once, in order. Full: 10 s per target per round; `--quick`: 3 s. "durable" = every acknowledged delivery id has its dedup marker (Spillway) or its job (naive) in Redis after the run. The verdicts use the worst round\'s ratio.',
+    'wrk (1 thread, 64 connections, keep-alive) POSTs a distinct 1 KiB JSON body per request (it carries the delivery id), signed with X-Hub-Signature-256, with its own X-GitHub-Delivery: Spillway deduplicates GitHub bodies on sha256(body), so a fixed body would measure its duplicate path. The signatures are precomputed in node for every request of a run (pool: 3 × the warm-up rate × the run length; a run that outgrows it fails its row); every answer that is not 202 fails the row. Peers: nginx `return 202` (1 worker), a node:http server that reads the body and answers 202, the two Spillway IngestServer backends with a handler that only reads the body and answers 202 (raw ack), nginx `return 202` over TLS (TLS 1.3, a P-256 certificate from a test CA; the peer of the TLS row), and the receiver a team writes in an afternoon ("naive"): node:http reads the body, verifies X-Hub-Signature-256 (HMAC-SHA256, constant-time compare), `Queue.add`s one BullMQ job per event (jobId = delivery id) into the project Redis and answers 202 once Redis has it. Spillway: one `spillway start --role ingest` process per backend (`SPILLWAY_INGEST_BACKEND=node|uring`) on the full verified and durable path against the project Redis (AOF everysec), and `spillway start` with every role in one process (node backend; the tenant has one endpoint on a local sink, so its worker delivers what arrives while ingest is measured) — what a new user runs first; and "Spillway ingest over TLS": the ingest role (uring backend; TLS connections are served by its node half) with SPILLWAY_TLS_CERT/KEY, wrk over HTTPS (HTTP/1.1, keep-alive), compared with nginx over TLS. Each target is its own process, started fresh for each measurement and given a discarded warm-up run first. Rounds: 3 (`--quick` 2); each round measures every target once, in order. Full: 10 s per target per round; `--quick`: 3 s. "durable" = every acknowledged delivery id is among the tenant\'s dedup fingerprints (Spillway; the entry counts of its fingerprint slots) or has its job (naive) in Redis after the run. The verdicts use the worst round\'s ratio.',
   targets: [
     'Spillway ingest (node backend) ≥ 50 % of nginx `return 202` req/s (worst round).',
     'uring backend ≥ 1.5 × node backend req/s (full pipeline; the raw-ack rows show the backends alone) (worst round).',
@@ -316,7 +358,7 @@ export const ingest: Benchmark = {
         results[t.key]!.map((x) => x.r?.p99Ms),
         'lower',
       );
-      const vsNginx = ratio(t.key, 'nginx');
+      const vsNginx = ratio(t.key, nginxPeer(t.key));
       const vsNaive = t.key.startsWith('spw') ? ratio(t.key, 'naive') : undefined;
       const statuses = [...new Set(results[t.key]!.map((x) => x.status))];
       return {
@@ -342,7 +384,14 @@ export const ingest: Benchmark = {
       shown: s ? `worst ${s.worst.toFixed(2)}, median ${s.median.toFixed(2)}` : undefined,
       pass: s === undefined ? undefined : s.worst >= target,
     });
+    certs?.remove();
+    certs = undefined;
     const spwNode = ratio('spw-node', 'nginx');
+    const tlsVsNginx = ratio('spw-tls', 'nginx-tls');
+    if (tlsVsNginx)
+      notes.push(
+        `Spillway ingest over TLS ÷ nginx return 202 over TLS (the "÷ nginx" cells of that row): median ${tlsVsNginx.median.toFixed(2)}, worst ${tlsVsNginx.worst.toFixed(2)}; nginx over TLS ÷ nginx in the clear: ${ratio('nginx-tls', 'nginx')?.median.toFixed(2) ?? '?'}.`,
+      );
     const goals: Goal[] = [
       goal('Spillway (node) ÷ nginx req/s', 0.5, spwNode),
       goal('uring ÷ node req/s (full pipeline)', 1.5, ratio('spw-uring', 'spw-node')),

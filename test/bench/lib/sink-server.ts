@@ -5,7 +5,7 @@
  *   POST /hang/<tag>        never answers (the caller's timeout ends it)
  *   POST /slow/<ms>/<tag>   200 after <ms>
  *   POST /fail/<tag>        500
- * Per tag it counts requests, the first/last arrival, end-to-end latency (from a `"sentAt":<ms>`
+ * Per tag it counts requests (a batched delivery counts its `spillway-batch-count` events), the first/last arrival, end-to-end latency (from a `"sentAt":<ms>`
  * in the body, epoch ms with fractions, set by the sender) and, when tracking, every webhook-id.
  */
 import { createServer } from 'node:http';
@@ -48,7 +48,8 @@ const server = createServer((req, res) => {
     const tagName = mode === 'slow' ? (parts[2] ?? 'slow') : (parts[1] ?? mode);
     if (mode === 'ok' || mode === 'slow') {
       const t = tagOf(tagName);
-      t.count++;
+      // A batched delivery carries several events: count them, not the request.
+      t.count += Number(req.headers['spillway-batch-count'] ?? 1);
       if (!t.first) t.first = at;
       t.last = at;
       const head = chunks.length ? chunks[0]!.subarray(0, 256).toString('latin1') : '';

@@ -13,6 +13,7 @@ import {
   type Endpoint,
   loadConfig,
   type Source,
+  secretBoxOf,
   type Tenant,
 } from '@spillway/shared';
 import { withKafkaAdmin } from '../../helpers/kafka-broker.ts';
@@ -83,6 +84,7 @@ export class SpillwayCluster {
       SPILLWAY_INGEST_PORT: '0',
       SPILLWAY_HOST: '127.0.0.1',
       SPILLWAY_ADMIN_TOKEN: this.adminToken,
+      SPILLWAY_SECRET_KEY: randomBytes(32).toString('base64'),
       SPILLWAY_LOG_LEVEL: process.env.SPILLWAY_BENCH_LOG_LEVEL ?? 'warn',
       SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32',
       ...o.extra,
@@ -90,7 +92,7 @@ export class SpillwayCluster {
     const config = loadConfig(this.env);
     this.redis = createRedis(config.redis, { maxRetriesPerRequest: 1 });
     this.redis.on('error', () => {});
-    this.store = new ConfigStore(this.redis, createKeys(this.prefix));
+    this.store = new ConfigStore(this.redis, createKeys(this.prefix), secretBoxOf(config).box);
   }
 
   async tenant(id: string, limits: Partial<Tenant['limits']> = {}): Promise<Tenant> {
@@ -144,7 +146,7 @@ export class SpillwayCluster {
       ),
     );
     await sleep(100);
-    const ingest = /ingest:\s+http:\/\/[\d.]+:(\d+)/.exec(proc.out())?.[1];
+    const ingest = /ingest:\s+https?:\/\/[\d.]+:(\d+)/.exec(proc.out())?.[1];
     const r: RoleProc = { role, proc, adminPort, ingestPort: ingest ? Number(ingest) : undefined, env };
     this.roles.push(r);
     return r;
@@ -196,9 +198,10 @@ export async function postGithub(
   deliveryId: string,
   body: Buffer,
   dispatcher?: import('undici').Dispatcher,
+  scheme: 'http' | 'https' = 'http',
 ): Promise<number> {
   const { request } = await import('undici');
-  const res = await request(`http://127.0.0.1:${port}/ingest/${source.id}`, {
+  const res = await request(`${scheme}://127.0.0.1:${port}/ingest/${source.id}`, {
     method: 'POST',
     body,
     dispatcher,

@@ -51,10 +51,15 @@ export async function settle(
   tid = 'acme',
 ) {
   const want = load.accepted.size;
+  // Compare ids, not counts: an event answered 503 (or cut off) can still have been committed and
+  // delivered, so the sink's count can reach `want` while an accepted one is still on its way.
   await waitFor(
     async () => {
       const st = await sink.stats(tag);
-      return st.unique >= want;
+      if (st.unique < want) return false;
+      const ids = new Set((await sink.stats(tag, true)).ids ?? []);
+      for (const id of load.accepted) if (!ids.has(id)) return false;
+      return true;
     },
     'every accepted event to be delivered',
     timeoutMs,

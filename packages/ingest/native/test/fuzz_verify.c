@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for verify.c (native/fuzz-verify.sh). The input is split on 0xff bytes into
+ * libFuzzer target for verify.c (native/fuzz.sh verify). The input is split on 0xff bytes into
  * kind, secret, signature header, webhook-id, webhook-timestamp, a clock offset and the body. Beyond
  * crashes and sanitizer reports it checks that the outcome does not depend on how the body is split
  * into pieces (the ring feeds it as it is de-chunked), and that a header refused before the body is

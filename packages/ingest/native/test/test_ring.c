@@ -20,20 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "server.h"
 
 #define N 20000
 #define RESP_LEN 1024
-
-static int failures, checks;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    checks++;                                                                      \
-    if (!(cond)) {                                                                 \
-      failures++;                                                                  \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);     \
-    }                                                                              \
-  } while (0)
 
 static spw_server *srv;
 static atomic_long handled;
@@ -90,7 +81,24 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+/* The first cut of a new connection (the same table as classify.ts): what stays on the ring. */
+static void test_classify(void) {
+  CHECK(spw_classify_first("POST /ingest/x HTTP/1.1\r\n", 25) == 1);
+  CHECK(spw_classify_first("GET / HTTP/1.1\r\n", 16) == 1);
+  CHECK(spw_classify_first(" POST / HTTP/1.1\r\n", 18) == 1); /* text: the parser answers 400 */
+  CHECK(spw_classify_first("PO", 2) == 1);
+  CHECK(spw_classify_first("P", 1) == 0);   /* could be the HTTP/2 preface */
+  CHECK(spw_classify_first("PRI", 3) == 0);
+  CHECK(spw_classify_first("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24) == -1);
+  CHECK(spw_classify_first("SS", 2) == 0);  /* could be an SSH banner */
+  CHECK(spw_classify_first("SSH-2.0-OpenSSH_9.2\r\n", 21) == -1);
+  CHECK(spw_classify_first("\x16\x03\x01\x02\x00", 5) == -1); /* TLS ClientHello */
+  CHECK(spw_classify_first("\x00\xff", 2) == -1);
+  CHECK(spw_classify_first("", 0) == 0);
+}
+
 int main(void) {
+  test_classify();
   /* A valid HTTP answer of exactly RESP_LEN bytes. */
   const char *head = "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\ncontent-length: ";
   int hl = (int)strlen(head);
@@ -140,11 +148,10 @@ int main(void) {
   pthread_join(w, NULL);
 
   close(fd);
-  spw_server_close(srv, 0);
+  spw_server_close(srv, 0, 0);
   for (int i = 0; i < 500 && !atomic_load(&closed); i++) sleep_ms(10);
   CHECK(atomic_load(&closed) == 1);
   spw_server_destroy(srv);
 
-  printf("ring unit tests: %d checks, %d failures\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_summary("ring");
 }

@@ -46,7 +46,50 @@ static const char *name(int r) {
   }
 }
 
+/* The whsec_ rule (packages/shared/src/whsec.ts): a standard secret needs the prefix and base64. */
+static int whsec_rule_ok(void) {
+  static const struct {
+    const char *secret;
+    int ok;
+  } cases[] = {
+    {"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1},
+    {"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLa==", 1},
+    {"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 0}, /* no prefix: refused, as parseWhsec does */
+    {"whsec_", 0},
+    {"whsec_Mf-Q9r8G", 0},  /* base64url is not the rule */
+    {"whsec_MfKQ=9r8", 0},  /* '=' inside */
+    {"whsec_MfKQ9r8===", 0}, /* three '=' */
+    {"whsec_A", 0},          /* no whole byte */
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *secrets[1] = {cases[i].secret};
+    size_t lens[1] = {strlen(cases[i].secret)};
+    spw_vsource src;
+    int ok = spw_vsource_init(&src, SPW_KIND_STANDARD, secrets, lens, 1) == 0;
+    if (ok) spw_vsource_free(&src);
+    if (ok != cases[i].ok) {
+      fprintf(stderr, "whsec rule: %s %s, expected %s\n", cases[i].secret, ok ? "accepted" : "refused",
+              cases[i].ok ? "accepted" : "refused");
+      bad++;
+    }
+  }
+  /* A rotation list keeps its usable keys. */
+  const char *two[2] = {"bare-key", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"};
+  size_t two_lens[2] = {8, strlen(two[1])};
+  spw_vsource src;
+  if (spw_vsource_init(&src, SPW_KIND_STANDARD, two, two_lens, 2) != 0 || src.n_keys != 1) {
+    fprintf(stderr, "whsec rule: a list with one usable key should keep it\n");
+    bad++;
+  } else {
+    spw_vsource_free(&src);
+  }
+  return bad == 0;
+}
+
 int main(int argc, char **argv) {
+  if (!whsec_rule_ok()) return 1;
+  printf("whsec rule: ok\n");
   if (argc < 2) {
     fprintf(stderr, "usage: test_verify <cases.tsv>\n");
     return 2;

@@ -25,6 +25,10 @@ export interface NativeOptions {
   ringEntries?: number;
   /** A complete request not answered within this gets 503 + close and an ABORT event. */
   answerTimeoutMs?: number;
+  /** Adopt this listening socket instead of binding host:port. */
+  listenFd?: number;
+  /** Hand connections that do not open with an HTTP/1.1 request line up as EV_HANDOFF. */
+  handoff?: boolean;
 }
 
 export const EV_HEAD = 1;
@@ -32,6 +36,7 @@ export const EV_BODY = 2;
 export const EV_END = 3;
 export const EV_ABORT = 4;
 export const EV_CLOSED = 5;
+export const EV_HANDOFF = 6;
 
 /** Events as the glue builds them (binding.c call_js). Ids are slot * 2^32 + request sequence. */
 export type NativeEvent =
@@ -48,7 +53,9 @@ export type NativeEvent =
   | [type: 2, id: number, chunk: Buffer]
   | [type: 3, id: number]
   | [type: 4, id: number, reason: string]
-  | [type: 5, id: number];
+  | [type: 5, id: number]
+  /** A connection that is not HTTP/1.1 in the clear: its socket (now ours to close) and the bytes read. */
+  | [type: 6, id: number, fd: number, initial: Buffer];
 
 type Handle = object;
 
@@ -58,7 +65,8 @@ interface Binding {
   respond(h: Handle, id: number, data: Buffer, close: boolean): number;
   cont(h: Handle, id: number, bodyCap: number): number;
   setRoutes(h: Handle, paths: string[], caps: number[]): number;
-  close(h: Handle, graceMs: number): number;
+  close(h: Handle, graceMs: number, drain: boolean): number;
+  listenFd(h: Handle): number;
   probe(): [number] | [number, string];
   strerror(errno: number): string;
   liveServers(): number;
@@ -124,7 +132,10 @@ export class NativeServer {
 
   constructor(opts: NativeOptions, onEvents: (events: NativeEvent[]) => void) {
     this.#b = binding();
-    const h = this.#b.create({ ...opts, reusePort: opts.reusePort ? 1 : 0 }, onEvents);
+    const h = this.#b.create(
+      { ...opts, reusePort: opts.reusePort ? 1 : 0, handoff: opts.handoff ? 1 : 0 },
+      onEvents,
+    );
     if (typeof h === 'number') throw uringError('create', h);
     this.#h = h;
   }
@@ -148,9 +159,17 @@ export class NativeServer {
     check('setRoutes', this.#b.setRoutes(this.#h, paths, caps));
   }
 
-  /** Returns true when the server never listened (nothing will follow), false when CLOSED is coming. */
-  close(graceMs: number): boolean {
-    return check('close', this.#b.close(this.#h, graceMs)) === 1;
+  /**
+   * Returns true when the server never listened (nothing will follow), false when CLOSED is coming.
+   * `drain`: a handover (see CloseOptions.drain).
+   */
+  close(graceMs: number, drain = false): boolean {
+    return check('close', this.#b.close(this.#h, graceMs, drain)) === 1;
+  }
+
+  /** The listening socket (-1 before listen or once closed). */
+  listenFd(): number {
+    return this.#b.listenFd(this.#h);
   }
 }
 

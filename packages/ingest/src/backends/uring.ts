@@ -4,29 +4,37 @@
  */
 
 import { lookup } from 'node:dns/promises';
-import { readFileSync } from 'node:fs';
+import { closeSync, readFileSync } from 'node:fs';
 import { STATUS_CODES } from 'node:http';
-import { isIP } from 'node:net';
+import net, { isIP } from 'node:net';
+import { definedOf, errors } from '@spillway/shared';
+import { errorResponse } from '../errors.ts';
 import type {
   BodySink,
+  CloseOptions,
   HeadDecision,
   IngestResponse,
   IngestServer,
-  IngestServerOptions,
   RequestHead,
+  TlsCredentials,
 } from '../server.ts';
+import { createFrontDoor, type FrontDoor, type FrontDoorOptions } from './front.ts';
 import {
   EV_ABORT,
   EV_BODY,
   EV_CLOSED,
   EV_END,
+  EV_HANDOFF,
   EV_HEAD,
   type NativeEvent,
   NativeServer,
   nativeProbe,
 } from './uring-native.ts';
 
-/** Tuning beyond IngestServerOptions; defaults suit the ingest role. */
+/**
+ * Tuning beyond the shared options; defaults suit the ingest role. (The FrontDoorOptions tuning —
+ * linger, pipelining — applies to the connections handed to the node half.)
+ */
 export interface UringTuning {
   /** Request line + headers limit (431 past it). Default 16 KiB. */
   maxHeadBytes?: number;
@@ -70,7 +78,7 @@ export function probeUring(): { ok: true } | { ok: false; reason: string } {
   return nativeProbe();
 }
 
-export function createUringServer(opts: IngestServerOptions & UringTuning): UringIngestServer {
+export function createUringServer(opts: FrontDoorOptions & UringTuning): UringIngestServer {
   return new UringServer(opts);
 }
 
@@ -123,14 +131,18 @@ function wantsClose(headers: Record<string, string>): boolean {
 
 class UringServer implements UringIngestServer {
   readonly backend = 'uring' as const;
-  readonly #opts: IngestServerOptions & UringTuning;
+  readonly #opts: FrontDoorOptions & UringTuning;
   readonly #reqs = new Map<number, Req>();
   #native: NativeServer | undefined;
   #routes: [string[], number[]] | undefined;
   #closing: Promise<void> | undefined;
   #resolveClosed: (() => void) | undefined;
+  /** The node half: TLS, HTTP/2 and whatever is not HTTP/1.1 in the clear, handed off the ring. */
+  #door: FrontDoor | undefined;
+  /** Closing as a handover: every answer on the ring says `connection: close`. */
+  #draining = false;
 
-  constructor(opts: IngestServerOptions & UringTuning) {
+  constructor(opts: FrontDoorOptions & UringTuning) {
     this.#opts = opts;
   }
 
@@ -142,21 +154,27 @@ class UringServer implements UringIngestServer {
       this.#resolveClosed = resolve;
     });
     this.#closing = undefined;
+    this.#draining = false;
+    this.#door = createFrontDoor(o);
     const native = new NativeServer(
       {
         host,
         port: o.port,
         reusePort: o.reusePort === true,
-        ...(o.maxBodyBytes !== undefined && { maxBodyBytes: o.maxBodyBytes }),
-        ...(o.headersTimeoutMs !== undefined && { headersTimeoutMs: o.headersTimeoutMs }),
-        ...(o.requestTimeoutMs !== undefined && { requestTimeoutMs: o.requestTimeoutMs }),
-        ...(o.maxHeadBytes !== undefined && { maxHeadBytes: o.maxHeadBytes }),
-        ...(o.maxHeaders !== undefined && { maxHeaders: o.maxHeaders }),
-        ...(o.keepAliveTimeoutMs !== undefined && { keepAliveTimeoutMs: o.keepAliveTimeoutMs }),
-        ...(o.maxConnections !== undefined && { maxConnections: o.maxConnections }),
-        ...(o.bufCount !== undefined && { bufCount: o.bufCount }),
-        ...(o.bufSize !== undefined && { bufSize: o.bufSize }),
-        ...(o.answerTimeoutMs !== undefined && { answerTimeoutMs: o.answerTimeoutMs }),
+        handoff: true,
+        ...definedOf(o, [
+          'listenFd',
+          'maxBodyBytes',
+          'headersTimeoutMs',
+          'requestTimeoutMs',
+          'maxHeadBytes',
+          'maxHeaders',
+          'keepAliveTimeoutMs',
+          'maxConnections',
+          'bufCount',
+          'bufSize',
+          'answerTimeoutMs',
+        ]),
       },
       (events) => this.#onEvents(events),
     );
@@ -175,15 +193,47 @@ class UringServer implements UringIngestServer {
     this.#native?.setRoutes(...this.#routes);
   }
 
-  close(): Promise<void> {
+  close(opts?: CloseOptions): Promise<void> {
     if (this.#closing) return this.#closing;
     const native = this.#native;
     if (!native) return Promise.resolve();
-    native.close(this.#opts.closeGraceMs ?? 5000);
-    this.#closing = (this.#closed ?? Promise.resolve()).then(() => {
+    this.#draining = opts?.drain === true;
+    native.close(this.#opts.closeGraceMs ?? 5000, this.#draining);
+    const door = this.#door?.close(opts) ?? Promise.resolve();
+    this.#closing = Promise.all([this.#closed ?? Promise.resolve(), door]).then(() => {
       this.#native = undefined;
     });
     return this.#closing;
+  }
+
+  setTlsCredentials(creds: TlsCredentials | (() => TlsCredentials)): void {
+    if (!this.#door) throw new Error('uring ingest server: setTlsCredentials before listen()');
+    this.#door.setTlsCredentials(creds);
+  }
+
+  listenFd(): number | undefined {
+    const fd = this.#native?.listenFd() ?? -1;
+    return fd >= 0 ? fd : undefined;
+  }
+
+  /**
+   * A connection that does not speak HTTP/1.1 in the clear, off the ring: TLS (terminated by
+   * node:tls; kTLS in the ring was not built, see docs/ingest.md), h2c, or bytes to count and close.
+   */
+  #handoff(fd: number, initial: Buffer): void {
+    const door = this.#door;
+    if (!door || (this.#closing && !this.#draining)) {
+      closeSync(fd);
+      return;
+    }
+    let socket: net.Socket;
+    try {
+      socket = new net.Socket({ fd, readable: true, writable: true });
+    } catch {
+      closeSync(fd);
+      return;
+    }
+    door.accept(socket, initial);
   }
 
   #onEvents(events: NativeEvent[]): void {
@@ -241,6 +291,10 @@ class UringServer implements UringIngestServer {
           req.done = true;
           this.#reqs.delete(req.id);
           if (req.sink) safeAbort(req.sink, ev[2]);
+          break;
+        }
+        case EV_HANDOFF: {
+          this.#handoff(ev[2], ev[3]);
           break;
         }
         case EV_CLOSED: {
@@ -323,11 +377,10 @@ class UringServer implements UringIngestServer {
 
   #tooLarge(req: Req, sink: BodySink): void {
     safeAbort(sink, 'body too large');
-    this.#respond(req, {
-      status: 413,
-      body: { error: { code: 'payload_too_large', message: `body exceeds ${sink.maxBodyBytes} bytes` } },
-      close: true,
-    });
+    this.#respond(
+      req,
+      errorResponse(errors.tooLarge(`body exceeds ${sink.maxBodyBytes} bytes`), { close: true }),
+    );
   }
 
   async #finish(req: Req, sink: BodySink): Promise<void> {
@@ -342,25 +395,17 @@ class UringServer implements UringIngestServer {
   }
 
   #fail(req: Req, err: unknown): void {
-    const status =
-      typeof (err as { status?: unknown })?.status === 'number' ? (err as { status: number }).status : 500;
-    const code =
-      typeof (err as { apiCode?: unknown })?.apiCode === 'string'
-        ? (err as { apiCode: string }).apiCode
-        : 'internal';
-    this.#respond(req, {
-      status,
-      body: { error: { code, message: status >= 500 ? 'internal error' : String((err as Error)?.message) } },
-      close: true,
-    });
+    // A catalog error as it is; anything else is `internal` (its message is not shown).
+    this.#respond(req, errorResponse(err, { close: true }));
   }
 
   #respond(req: Req, res: IngestResponse): void {
     if (req.done) return;
     req.done = true;
     this.#reqs.delete(req.id);
-    // Answering before the whole body arrived leaves bytes unread: native closes, so say so.
-    const close = res.close === true || req.closeAfter || (req.hasBody && !req.ended);
+    // Answering before the whole body arrived leaves bytes unread: native closes, so say so. So does
+    // a draining server: the client must not send this connection another request.
+    const close = res.close === true || req.closeAfter || (req.hasBody && !req.ended) || this.#draining;
     this.#native?.respond(req.id, encodeResponse(res, close, req.head.method === 'HEAD'), close);
   }
 }

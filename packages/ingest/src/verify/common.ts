@@ -43,10 +43,38 @@ export function anyEqual(expected: Buffer, candidates: readonly Buffer[]): boole
   return ok;
 }
 
-export function hmacSha256(key: string | Buffer, prefix?: string): Hmac {
-  const h = createHmac('sha256', key);
-  if (prefix !== undefined) h.update(prefix);
-  return h;
+/**
+ * HMAC-SHA256 of one streamed body under every key a source accepts: its secret, plus the previous
+ * ones during a rotation overlap (usually one key, two during a changeover).
+ */
+export interface MultiMac {
+  update(chunk: Buffer): void;
+  /** One digest per key, in key order; call once. */
+  digests(): Buffer[];
+}
+
+export function hmacSha256(keys: readonly (string | Buffer)[], prefix?: string): MultiMac {
+  const macs: Hmac[] = keys.map((k) => {
+    const h = createHmac('sha256', k);
+    if (prefix !== undefined) h.update(prefix);
+    return h;
+  });
+  return {
+    update(chunk) {
+      for (const h of macs) h.update(chunk);
+    },
+    digests: () => macs.map((h) => h.digest()),
+  };
+}
+
+/**
+ * True when any computed digest equals any given signature. Every pair is compared, so the time
+ * says neither which key matched nor which signature.
+ */
+export function anyMatch(digests: readonly Buffer[], given: readonly Buffer[]): boolean {
+  let ok = false;
+  for (const d of digests) if (anyEqual(d, given)) ok = true;
+  return ok;
 }
 
 /** The timestamp (unix seconds) is inside ±TIMESTAMP_TOLERANCE_S of now. */
@@ -76,12 +104,45 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> | undefin
 }
 
 /**
+ * The body half of the providers that sign the raw body alone and name the event in headers
+ * (github, shopify): HMAC-SHA256(secret, body) must equal `given`, then id and type come from the
+ * headers `names.id` and `names.type`. Names are as the provider spells them (messages quote them);
+ * `headers` has them in lower case.
+ */
+/** A provider whose signature covers a timestamp (stripe, standard): checked against `nowMs`. */
+export type TimedPrepare = (
+  secrets: readonly string[],
+  headers: Record<string, string>,
+  nowMs: number,
+) => Prepared;
+
+export function headerEventVerifier(
+  secrets: readonly string[],
+  given: Buffer,
+  headers: Record<string, string>,
+  names: { signature: string; id: string; type: string },
+): Prepared {
+  const mac = hmacSha256(secrets);
+  return {
+    ok: true,
+    verifier: {
+      update: (chunk) => void mac.update(chunk),
+      finish() {
+        if (!anyMatch(mac.digests(), [given]))
+          return refuse(401, 'bad_signature', `${names.signature} does not match the body`);
+        return identify(headers[names.id.toLowerCase()], headers[names.type.toLowerCase()], names);
+      },
+    },
+  };
+}
+
+/**
  * The body half of the providers whose event is a JSON object (stripe, standard): HMAC the streamed
- * body, accept it if any `given` signature matches, then take id and type from the body
+ * body under every accepted key, accept it if any `given` signature matches any of them, then take id and type from the body
  * (`pickId` says where the id comes from).
  */
 export function jsonEventVerifier(
-  mac: Hmac,
+  mac: MultiMac,
   given: readonly Buffer[],
   text: { noMatch: string; notObject: string; id: string },
   pickId: (json: Record<string, unknown>) => unknown,
@@ -89,9 +150,9 @@ export function jsonEventVerifier(
   return {
     ok: true,
     verifier: {
-      update: (chunk) => void mac.update(chunk),
+      update: (chunk) => mac.update(chunk),
       finish(body) {
-        if (!anyEqual(mac.digest(), given)) return refuse(401, 'bad_signature', text.noMatch);
+        if (!anyMatch(mac.digests(), given)) return refuse(401, 'bad_signature', text.noMatch);
         const json = parseJsonObject(body);
         if (!json) return refuse(400, 'bad_event', text.notObject);
         return identify(pickId(json), json.type, { id: text.id, type: 'body type' });

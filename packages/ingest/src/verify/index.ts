@@ -1,4 +1,4 @@
-import type { Source } from '@spillway/shared';
+import { liveSecrets, type Source } from '@spillway/shared';
 import { type Prepared, refuse } from './common.ts';
 import { prepareGithub } from './github.ts';
 import { prepareShopify } from './shopify.ts';
@@ -6,22 +6,26 @@ import { prepareStandard } from './standard.ts';
 import { prepareStripe } from './stripe.ts';
 
 /**
- * Signature verification per source kind (CONTRACT.md "Ingest"). Each kind is split in two steps so
+ * Signature verification per source kind (docs/ingest.md). Each kind is split in two steps so
  * the pipeline can refuse cheaply: `prepare` reads only the headers (signature present and well
  * formed, timestamp inside the tolerance) before any body byte is read, and the returned Verifier
  * hashes the body chunk by chunk as it streams in, then decides once the last byte is in.
  */
 
 export function prepareVerifier(source: Source, headers: Record<string, string>, nowMs: number): Prepared {
+  // The source's secret, then each previous one whose overlap has not ended: a rotation through the
+  // admin API keeps the old secret verifying until its expiresAt, so the provider can be switched
+  // over without a refused delivery.
+  const secrets = liveSecrets(source, nowMs);
   switch (source.kind) {
     case 'github':
-      return prepareGithub(source.secret, headers);
+      return prepareGithub(secrets, headers);
     case 'stripe':
-      return prepareStripe(source.secret, headers, nowMs);
+      return prepareStripe(secrets, headers, nowMs);
     case 'shopify':
-      return prepareShopify(source.secret, headers);
+      return prepareShopify(secrets, headers);
     case 'standard':
-      return prepareStandard(source.secret, headers, nowMs);
+      return prepareStandard(secrets, headers, nowMs);
     default:
       return refuse(
         401,

@@ -1,12 +1,15 @@
-import { hmacSha256, jsonEventVerifier, type Prepared, refuse, timestampFresh } from './common.ts';
+import { parseWhsec } from '@spillway/shared';
+import { hmacSha256, jsonEventVerifier, refuse, type TimedPrepare, timestampFresh } from './common.ts';
 
 /**
  * Standard Webhooks (standardwebhooks.com): `webhook-id`, `webhook-timestamp`, and
  * `webhook-signature: v1,<base64> [v1,<base64> ...]` (space-separated, several during a key
  * rotation), HMAC-SHA256 over `${id}.${timestamp}.${body}`. The key is the base64-decoded part after
- * `whsec_` (a secret without the prefix is taken as base64 whole, as the reference library does).
+ * `whsec_`, decoded by the shared rule (`parseWhsec`, the admin API's and the signer's too): a secret
+ * without the prefix, or whose base64 is malformed, gives no key, so nothing verifies against it.
+ * `secrets`: the source's secret, then the previous ones still inside their overlap.
  */
-export function prepareStandard(secret: string, headers: Record<string, string>, nowMs: number): Prepared {
+export const prepareStandard: TimedPrepare = (secrets, headers, nowMs) => {
   const id = headers['webhook-id'];
   const ts = headers['webhook-timestamp'];
   const sig = headers['webhook-signature'];
@@ -23,9 +26,10 @@ export function prepareStandard(secret: string, headers: Record<string, string>,
     if (b.length === 32) given.push(b);
   }
   if (given.length === 0) return refuse(401, 'missing_signature', 'webhook-signature has no v1 signature');
-  const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+  const keys = secrets.map(parseWhsec).filter((k): k is Buffer => k !== undefined);
+  if (keys.length === 0) return refuse(401, 'bad_signature', 'the source has no usable whsec_ secret');
   return jsonEventVerifier(
-    hmacSha256(key, `${id}.${ts}.`),
+    hmacSha256(keys, `${id}.${ts}.`),
     given,
     {
       noMatch: 'no webhook-signature matches the body',
@@ -34,4 +38,4 @@ export function prepareStandard(secret: string, headers: Record<string, string>,
     },
     () => id,
   );
-}
+};

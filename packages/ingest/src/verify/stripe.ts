@@ -1,13 +1,15 @@
-import { hmacSha256, jsonEventVerifier, type Prepared, refuse, timestampFresh } from './common.ts';
+import { hmacSha256, jsonEventVerifier, refuse, type TimedPrepare, timestampFresh } from './common.ts';
 
 const HEX64 = /^[0-9a-fA-F]{64}$/;
 
 /**
  * Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...]`, HMAC-SHA256(secret, `${t}.${body}`)
  * with the `whsec_...` string itself as the key. Several v1 entries appear while a secret is being
- * rolled; any may match. Other schemes (v0) are ignored, as Stripe's own libraries do.
+ * rolled on Stripe's side; any may match, under any of `secrets` (the source's secret, then the
+ * previous ones still inside their overlap). Other schemes (v0) are ignored, as Stripe's own
+ * libraries do.
  */
-export function prepareStripe(secret: string, headers: Record<string, string>, nowMs: number): Prepared {
+export const prepareStripe: TimedPrepare = (secrets, headers, nowMs) => {
   const header = headers['stripe-signature'];
   if (!header) return refuse(401, 'missing_signature', 'missing Stripe-Signature');
   let t: string | undefined;
@@ -27,7 +29,7 @@ export function prepareStripe(secret: string, headers: Record<string, string>, n
   if (!timestampFresh(Number(t), nowMs))
     return refuse(401, 'timestamp', 'Stripe-Signature timestamp outside the 300 s tolerance');
   return jsonEventVerifier(
-    hmacSha256(secret, `${t}.`),
+    hmacSha256(secrets, `${t}.`),
     v1,
     {
       noMatch: 'no Stripe-Signature v1 matches the body',
@@ -36,4 +38,4 @@ export function prepareStripe(secret: string, headers: Record<string, string>, n
     },
     (json) => json.id,
   );
-}
+};

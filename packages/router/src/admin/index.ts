@@ -3,12 +3,16 @@ import { errors, requireAdminToken, type SpillwayError, toResponse, VERSION } fr
 import { Ajv } from 'ajv';
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import { ConfigStore } from '../config/store.ts';
+import { Notifier } from '../notify/notifier.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
 import type { Runtime } from '../roles/runtime.ts';
 import { ApiKeys, bearer, type Principal, tokenChecker } from './auth.ts';
 import { registerConsole } from './console/index.ts';
+import { createEventAdmission } from './quota.ts';
 import { createRouterServices } from './router-services.ts';
 import { type AdminDeps, registerRoutes } from './routes.ts';
+import { registerHistoryRoutes } from './routes-history.ts';
+import { registerSecretRoutes } from './routes-secrets.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -19,15 +23,33 @@ declare module 'fastify' {
 /** Admin role: the /v1 API and /openapi.json on the process's HTTP server. */
 export async function startAdmin({ rt, http }: RoleContext): Promise<RoleHandle> {
   const services = createRouterServices(rt);
+  const notifier = new Notifier({
+    redis: rt.redis,
+    keys: rt.keys,
+    logger: rt.logger,
+    target: rt.config.notify,
+  });
   const deps: AdminDeps = {
-    store: new ConfigStore(rt.redis, rt.keys),
+    store: new ConfigStore(rt.redis, rt.keys, rt.secrets),
     apiKeys: new ApiKeys(rt),
     services,
+    admission: createEventAdmission({
+      ...rt,
+      onQuotaExceeded: (tenantId, quota) =>
+        void notifier.notify({
+          kind: 'tenant.quota_exceeded',
+          tenantId,
+          subject: tenantId,
+          data: { quota, day: new Date().toISOString().slice(0, 10) },
+        }),
+    }),
   };
-  await http.register(async (api) => registerAdminApi(api, rt, deps));
+  const closers: (() => Promise<void>)[] = [];
+  await http.register(async (api) => registerAdminApi(api, rt, deps, closers));
   return {
     name: 'admin',
     close: async () => {
+      for (const c of closers) await c().catch(() => {});
       await services.close();
     },
   };
@@ -47,13 +69,30 @@ function makeAjv(): Ajv {
   });
 }
 
-async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDeps): Promise<void> {
+async function registerAdminApi(
+  api: FastifyInstance,
+  rt: Runtime,
+  deps: AdminDeps,
+  closers: (() => Promise<void>)[],
+): Promise<void> {
   const isAdmin = tokenChecker(requireAdminToken(rt.config));
   const ajv = makeAjv();
   api.setValidatorCompiler(({ schema }) => ajv.compile(schema));
   // Responses are plain JSON: the response schemas document the API, they must never drop fields.
   api.setSerializerCompiler(() => (data) => JSON.stringify(data));
-  api.setErrorHandler((err: FastifyError | SpillwayError, req, reply) => sendError(rt, err, reply, req.url));
+  api.setErrorHandler((err: FastifyError | SpillwayError, req, reply) =>
+    sendError(rt, fromValidation(err, req.body === undefined), reply, req.url),
+  );
+  // A bodiless POST (pause, resume, replay, ...) sent with `content-type: application/json` and no
+  // body is what many HTTP clients send. It reaches the route as no body at all: routes whose body
+  // is optional take it as `{}`; a route that needs one answers invalid_json (fromValidation).
+  // Non-empty bodies go to fastify's own parser (prototype-poisoning checks included).
+  const json = api.getDefaultJsonParser('error', 'error');
+  api.removeContentTypeParser('application/json');
+  api.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '') return done(null, undefined);
+    json(req, body as string, done);
+  });
 
   await api.register(swagger, {
     openapi: {
@@ -101,6 +140,8 @@ async function registerAdminApi(api: FastifyInstance, rt: Runtime, deps: AdminDe
         sendError(rt, errors.notFound(`no route ${req.method} ${req.url.split('?')[0]}`), reply, req.url),
       );
       registerRoutes(v1, deps);
+      closers.push(registerHistoryRoutes(v1, rt, deps));
+      registerSecretRoutes(v1, deps);
     },
     { prefix: '/v1' },
   );
@@ -116,16 +157,21 @@ function sendError(
   reply: FastifyReply,
   url: string,
 ): FastifyReply {
-  const res = toResponse(fromValidation(err));
+  const res = toResponse(err);
   if (res.error.code === 'SPW_ERR_INTERNAL') rt.logger.error({ err, url }, 'admin request failed');
   else if (res.status >= 500) rt.logger.warn({ err, url, code: res.error.code }, 'admin request failed');
   return reply.code(res.status).headers(res.headers).send(res.body);
 }
 
-/** A request that failed schema validation: invalid_body for the body, invalid_request for params/query. */
-function fromValidation(err: FastifyError | SpillwayError): unknown {
+/**
+ * A request that failed schema validation: invalid_body for the body, invalid_request for
+ * params/query; invalid_json for a route that needs a body and got none.
+ */
+function fromValidation(err: FastifyError | SpillwayError, noBody: boolean): FastifyError | SpillwayError {
   const fe = err as FastifyError;
   if (!fe.validation) return err;
+  if ((fe.validationContext ?? 'body') === 'body' && noBody)
+    return errors.invalidJson('the body is empty; this route needs a JSON object');
   const extra = (fe.validation[0]?.params as { additionalProperty?: string } | undefined)?.additionalProperty;
   const message = extra === undefined ? fe.message : `${fe.message} ("${extra}")`;
   return (fe.validationContext ?? 'body') === 'body'

@@ -1,18 +1,21 @@
 import { randomBytes } from 'node:crypto';
-import { generateSecret, rotateSecret } from '@spillway/delivery';
+import { ed25519PublicPem, generateSecret, rotateSecret } from '@spillway/delivery';
 import {
   type Endpoint,
   errors,
-  parseWhsec,
+  isSealed,
   type Rate,
   type Source,
   type SourceKind,
   type Tenant,
+  whsecProblem,
 } from '@spillway/shared';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
 import type { ConfigStore } from '../config/store.ts';
 import type { ApiKeys } from './auth.ts';
+import { applyOptions, type OptionsBody, publicEndpoint, publicKeySchema } from './endpoint-options.ts';
+import type { EventAdmission } from './quota.ts';
 import * as s from './schemas.ts';
 import type { RouterServices } from './services.ts';
 
@@ -20,6 +23,8 @@ export interface AdminDeps {
   store: ConfigStore;
   apiKeys: ApiKeys;
   services: RouterServices;
+  /** The events API's per-tenant rate and daily quota (./quota.ts). */
+  admission: EventAdmission;
 }
 
 /** Route option `config.tenantKey`: a tenant API key may call this route for its own tenant. */
@@ -40,7 +45,7 @@ const newId = (prefix: string) =>
     .toString('base64url')
     .replace(/[^A-Za-z0-9]/g, 'x')}`;
 
-type P<K extends string> = { [k in K]: string };
+export type P<K extends string> = { [k in K]: string };
 
 function checkUrl(raw: string): string {
   let u: URL;
@@ -52,10 +57,15 @@ function checkUrl(raw: string): string {
   if (u.protocol !== 'http:' && u.protocol !== 'https:')
     throw errors.invalidBody(`body/url must use http or https (got ${u.protocol})`);
   if (!u.hostname) throw errors.invalidBody('body/url must name a host');
+  // Credentials in the URL would be stored and shown in plain text (and undici drops them).
+  if (u.username || u.password)
+    throw errors.invalidBody(
+      'body/url must not carry credentials (user:pass@host): give them as "auth": {"type":"basic","username":…,"password":…}, stored encrypted with the endpoint’s secrets',
+    );
   return u.toString();
 }
 
-function checkCidrs(list: string[] | undefined): string[] | undefined {
+export function checkCidrs(list: string[] | undefined): string[] | undefined {
   if (list === undefined) return undefined;
   return list.map((c, i) => {
     try {
@@ -69,23 +79,37 @@ function checkCidrs(list: string[] | undefined): string[] | undefined {
   });
 }
 
-function checkSourceSecret(kind: SourceKind, secret: string): void {
-  // Standard Webhooks keys are the base64 part of whsec_... (parseWhsec, the verifier's rule too);
-  // anything else could never verify.
+export function checkSourceSecret(kind: SourceKind, secret: string): void {
+  // The stored form of a sealed secret (secret-box.ts): taken as a secret, it would be read as one.
+  if (isSealed(secret)) throw errors.invalidBody('body/secret must not start with "enc:"');
+  // Standard Webhooks keys are the base64 part of whsec_... (the shared rule the verifier decodes
+  // with too); anything else could never verify.
   if (kind === 'standard') {
-    const key = parseWhsec(secret);
-    if (!key || key.length < 16) {
-      throw errors.invalidBody('body/secret for kind standard must be whsec_ + base64 of at least 16 bytes');
-    }
+    const problem = whsecProblem(secret, 'body/secret for kind standard');
+    if (problem) throw errors.invalidBody(problem);
   }
 }
 
 /** Bodies that are optional as a whole: no body at all means `{}` (then validated as usual). */
-async function emptyBodyIsObject(req: FastifyRequest): Promise<void> {
+export async function emptyBodyIsObject(req: FastifyRequest): Promise<void> {
   if (req.body === undefined || req.body === null) req.body = {};
 }
 
-const withIngestPath = (src: Source) => ({ ...src, ingestPath: `/ingest/${src.id}` });
+/**
+ * What GET and list show of a record with secrets: everything but the secrets (a rotation in
+ * progress shows when each replaced secret stops). The secrets are in the create answer and behind
+ * GET .../secret (./routes-secrets.ts).
+ */
+function withoutSecrets<T extends Pick<Endpoint, 'secret' | 'previousSecrets'>>(v: T) {
+  const { secret: _secret, previousSecrets, ...rest } = v;
+  return previousSecrets?.length
+    ? { ...rest, previousSecrets: previousSecrets.map((p) => ({ expiresAt: p.expiresAt })) }
+    : rest;
+}
+
+/** An endpoint as GET and list show it: no secrets, no credentials, no private key (./endpoint-options.ts). */
+export const endpointView = (ep: Endpoint) => withoutSecrets(publicEndpoint(ep));
+export const sourceView = (src: Source) => ({ ...withoutSecrets(src), ingestPath: `/ingest/${src.id}` });
 
 /** A route's request schemas and its success responses (documented in /openapi.json). */
 interface RouteSchema {
@@ -99,7 +123,7 @@ interface RouteSchema {
  * Route options: the OpenAPI tag, the schemas, the error statuses the route can answer (the shared
  * error body, see ./schemas.ts errorsFor) and route config (`tenantKey`) or hooks.
  */
-function spec(
+export function spec(
   tag: string,
   schema: RouteSchema,
   errorStatuses: number[],
@@ -111,12 +135,22 @@ function spec(
   };
 }
 
+/** spec() of a route a tenant's own API key may call, not only the admin token (`tenantKey`). */
+export const tenantKeySpec = (tag: string, schema: RouteSchema, errorStatuses: number[]) =>
+  spec(tag, schema, errorStatuses, { config: { tenantKey: true } });
+
+/** The answers of an idempotent POST: 202 when new, 200 with what the first of its repeats did. */
+export const acceptedOrRepeated = (accepted: string, repeated: string, item: object) => ({
+  202: { description: accepted, ...item },
+  200: { description: repeated, ...item },
+});
+
 /** POST creating something of a tenant: 201 with it, 404 for an unknown tenant, 409 for a taken id. */
 const createdUnderTenant = (tag: string, body: object, item: object) =>
   spec(tag, { params: s.tidParams, body, response: { 201: item } }, [400, 401, 404, 409]);
 
 /** PATCH answering 200 with the updated item. */
-const updated = (tag: string, params: object, body: object, item: object) =>
+export const updated = (tag: string, params: object, body: object, item: object) =>
   spec(tag, { params, body, response: { 200: item } }, [400, 401, 404]);
 
 /** Every /v1 route. Registered under the `/v1` prefix by ./index.ts (auth and errors live there). */
@@ -138,6 +172,28 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
         return { data: await load(req.params.tid) };
       },
     );
+
+  /** GET of one of a tenant's endpoints or sources, answered with `load`'s view. */
+  const ONE = {
+    endpoints: {
+      path: '/tenants/:tid/endpoints/:eid',
+      params: s.tidEidParams,
+      item: s.endpointSchema,
+      key: 'eid',
+    },
+    sources: { path: '/tenants/:tid/sources/:sid', params: s.tidSidParams, item: s.sourceSchema, key: 'sid' },
+  } as const;
+  const oneRoute = (tag: keyof typeof ONE, load: (tenantId: string, id: string) => Promise<unknown>) => {
+    const r = ONE[tag];
+    app.get<{ Params: Record<string, string> }>(
+      r.path,
+      spec(tag, { params: r.params, response: { 200: r.item } }, [400, 401, 404]),
+      async (req) => {
+        await store.requireTenant(req.params.tid!);
+        return load(req.params.tid!, req.params[r.key]!);
+      },
+    );
+  };
 
   /**
    * DELETE answering 204 with no body; `remove` throws not_found for what does not exist. With
@@ -162,7 +218,8 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     );
 
   // --- tenants -------------------------------------------------------------------------------
-  app.post<{ Body: { id?: string; limits?: { maxInFlight?: number; concurrency?: number; rate?: Rate } } }>(
+  type LimitsBody = Partial<Tenant['limits']>;
+  app.post<{ Body: { id?: string; limits?: LimitsBody } }>(
     '/tenants',
     spec('tenants', { body: s.createTenantBody, response: { 201: s.tenantSchema } }, [400, 401, 409]),
     async (req, reply) => {
@@ -173,6 +230,8 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
           maxInFlight: b.limits?.maxInFlight ?? TENANT_DEFAULT_LIMITS.maxInFlight,
           concurrency: b.limits?.concurrency ?? TENANT_DEFAULT_LIMITS.concurrency,
           ...(b.limits?.rate ? { rate: b.limits.rate } : {}),
+          ...(b.limits?.eventsPerDay ? { eventsPerDay: b.limits.eventsPerDay } : {}),
+          ...(b.limits?.eventRate ? { eventRate: b.limits.eventRate } : {}),
         },
         status: 'active',
         createdAt: new Date().toISOString(),
@@ -193,7 +252,15 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.patch<{
     Params: P<'tid'>;
-    Body: { limits: { maxInFlight?: number; concurrency?: number; rate?: Rate | null } };
+    Body: {
+      limits: {
+        maxInFlight?: number;
+        concurrency?: number;
+        rate?: Rate | null;
+        eventsPerDay?: number | null;
+        eventRate?: Rate | null;
+      };
+    };
   }>('/tenants/:tid', updated('tenants', s.tidParams, s.patchTenantBody, s.tenantSchema), async (req) =>
     store.updateTenant(req.params.tid, (t) => {
       const l = req.body.limits;
@@ -204,6 +271,11 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       };
       if (l.rate === null) delete limits.rate;
       else if (l.rate) limits.rate = l.rate;
+      // null: back to the configured default.
+      if (l.eventsPerDay === null) delete limits.eventsPerDay;
+      else if (l.eventsPerDay) limits.eventsPerDay = l.eventsPerDay;
+      if (l.eventRate === null) delete limits.eventRate;
+      else if (l.eventRate) limits.eventRate = l.eventRate;
       return { ...t, limits };
     }),
   );
@@ -236,11 +308,10 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid'>; Querystring: { detail?: 'workers' } }>(
     '/tenants/:tid/stats',
-    spec(
+    tenantKeySpec(
       'tenants',
       { params: s.tidParams, querystring: s.statsQuery, response: { 200: s.statsSchema } },
       [400, 401, 403, 404, 503],
-      { config: { tenantKey: true } },
     ),
     async (req) => {
       const t = await store.requireTenant(req.params.tid);
@@ -281,37 +352,64 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   // --- endpoints -----------------------------------------------------------------------------
   type EndpointBody = Pick<Endpoint, 'url'> &
-    Partial<Pick<Endpoint, 'id' | 'eventTypes' | 'secret' | 'rate' | 'timeoutMs'>>;
+    Partial<Pick<Endpoint, 'id' | 'eventTypes' | 'secret' | 'rate' | 'timeoutMs'>> &
+    OptionsBody;
   app.post<{ Params: P<'tid'>; Body: EndpointBody }>(
     '/tenants/:tid/endpoints',
-    createdUnderTenant('endpoints', s.createEndpointBody, s.endpointSchema),
+    createdUnderTenant('endpoints', s.createEndpointBody, s.createdEndpointSchema),
     async (req, reply) => {
       const b = req.body;
-      const ep: Endpoint = {
-        id: b.id ?? newId('ep'),
-        tenantId: req.params.tid,
-        url: checkUrl(b.url),
-        eventTypes: b.eventTypes ?? ['*'],
-        secret: b.secret ?? generateSecret(),
-        ...(b.rate ? { rate: b.rate } : {}),
-        timeoutMs: b.timeoutMs ?? ENDPOINT_DEFAULT_TIMEOUT_MS,
-        status: 'active',
-        createdAt: new Date().toISOString(),
-      };
-      return reply.code(201).send(await store.createEndpoint(ep));
+      const ep = applyOptions(
+        {
+          id: b.id ?? newId('ep'),
+          tenantId: req.params.tid,
+          url: checkUrl(b.url),
+          eventTypes: b.eventTypes ?? ['*'],
+          secret: b.secret ?? generateSecret(),
+          ...(b.rate ? { rate: b.rate } : {}),
+          timeoutMs: b.timeoutMs ?? ENDPOINT_DEFAULT_TIMEOUT_MS,
+          status: 'active',
+          createdAt: new Date().toISOString(),
+        },
+        b,
+      );
+      return reply.code(201).send(publicEndpoint(await store.createEndpoint(ep)));
     },
   );
 
-  listRoute('/tenants/:tid/endpoints', 'endpoints', s.endpointSchema, (tenantId) =>
-    store.listEndpoints(tenantId),
+  listRoute('/tenants/:tid/endpoints', 'endpoints', s.endpointSchema, async (tenantId) =>
+    (await store.listEndpoints(tenantId)).map(endpointView),
   );
 
+  oneRoute('endpoints', async (tid, eid) => endpointView(await store.requireEndpoint(tid, eid)));
+
   app.get<{ Params: P<'tid' | 'eid'> }>(
-    '/tenants/:tid/endpoints/:eid',
-    spec('endpoints', { params: s.tidEidParams, response: { 200: s.endpointSchema } }, [400, 401, 404]),
+    '/tenants/:tid/endpoints/:eid/public-key',
+    spec(
+      'endpoints',
+      {
+        params: s.tidEidParams,
+        response: {
+          200: { description: 'the key receivers verify v1a signatures with', ...publicKeySchema },
+        },
+      },
+      [400, 401, 403, 404],
+      { config: { tenantKey: true } },
+    ),
     async (req) => {
       await store.requireTenant(req.params.tid);
-      return store.requireEndpoint(req.params.tid, req.params.eid);
+      const ep = await store.requireEndpoint(req.params.tid, req.params.eid);
+      if (!ep.ed25519)
+        throw errors.notFound(
+          `endpoint ${ep.id} has no Ed25519 key: PATCH it with "signatures": ["v1","v1a"] (or ["v1a"]) to create one`,
+        );
+      return {
+        endpointId: ep.id,
+        algorithm: 'ed25519',
+        publicKey: ep.ed25519.publicKey,
+        publicKeyPem: ed25519PublicPem(ep.ed25519.publicKey),
+        createdAt: ep.ed25519.createdAt,
+      };
     },
   );
 
@@ -325,24 +423,29 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
       const b = req.body;
       const url = b.url === undefined ? undefined : checkUrl(b.url);
       await store.requireTenant(req.params.tid);
-      return store.updateEndpoint(req.params.tid, req.params.eid, (ep) => {
-        const next: Endpoint = { ...ep };
+      const ep = await store.updateEndpoint(req.params.tid, req.params.eid, (cur) => {
+        const next = applyOptions(cur, b);
         if (url) next.url = url;
         if (b.eventTypes) next.eventTypes = b.eventTypes;
         if (b.timeoutMs) next.timeoutMs = b.timeoutMs;
         if (b.rate === null) delete next.rate;
         else if (b.rate) next.rate = b.rate;
         // Rotation: the old secret keeps signing alongside the new one for a day.
-        if (b.secret && b.secret !== ep.secret)
-          Object.assign(next, rotateSecret(ep, SECRET_OVERLAP_MS, b.secret));
+        if (b.secret && b.secret !== cur.secret)
+          Object.assign(next, rotateSecret(cur, SECRET_OVERLAP_MS, b.secret));
         return next;
       });
+      return endpointView(ep);
     },
   );
 
-  deleteRoute<'tid' | 'eid'>('/tenants/:tid/endpoints/:eid', 'endpoints', s.tidEidParams, (p) =>
-    store.deleteEndpoint(p.tid, p.eid),
-  );
+  // Deleting an endpoint is the one explicit discard (with its tenant's): its dead letters go with
+  // it, counted, so an endpoint created again under the same id starts with an empty DLQ (its
+  // other tasks are discarded by incarnation wherever a worker meets them).
+  deleteRoute<'tid' | 'eid'>('/tenants/:tid/endpoints/:eid', 'endpoints', s.tidEidParams, async (p) => {
+    await store.deleteEndpoint(p.tid, p.eid);
+    await d.services.purgeDlq(p.tid, { endpointId: p.eid });
+  });
 
   for (const [action, status] of [
     ['pause', 'paused'],
@@ -373,7 +476,7 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
     Partial<Pick<Source, 'id' | 'allowCidrs' | 'maxBodyBytes' | 'rate'>>;
   app.post<{ Params: P<'tid'>; Body: SourceBody }>(
     '/tenants/:tid/sources',
-    createdUnderTenant('sources', s.createSourceBody, s.sourceSchema),
+    createdUnderTenant('sources', s.createSourceBody, s.createdSourceSchema),
     async (req, reply) => {
       const b = req.body;
       checkSourceSecret(b.kind, b.secret);
@@ -388,58 +491,59 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
         ...(b.rate ? { rate: b.rate } : {}),
         createdAt: new Date().toISOString(),
       };
-      return reply.code(201).send(withIngestPath(await store.createSource(src)));
+      const created = await store.createSource(src);
+      return reply.code(201).send({ ...sourceView(created), secret: created.secret });
     },
   );
 
   listRoute('/tenants/:tid/sources', 'sources', s.sourceSchema, async (tenantId) =>
-    (await store.listSources(tenantId)).map(withIngestPath),
+    (await store.listSources(tenantId)).map(sourceView),
   );
 
-  app.get<{ Params: P<'tid' | 'sid'> }>(
-    '/tenants/:tid/sources/:sid',
-    spec('sources', { params: s.tidSidParams, response: { 200: s.sourceSchema } }, [400, 401, 404]),
-    async (req) => {
-      await store.requireTenant(req.params.tid);
-      const src = await store.getSource(req.params.sid);
-      // Sources live in one global hash: another tenant's source is "not found" here, not a leak.
-      if (!src || src.tenantId !== req.params.tid)
-        throw errors.notFound(`source ${req.params.sid} not found`);
-      return withIngestPath(src);
-    },
-  );
+  // Sources live in one global hash: another tenant's source is "not found" here, not a leak.
+  oneRoute('sources', async (tid, sid) => sourceView(await store.requireSource(tid, sid)));
 
   deleteRoute<'tid' | 'sid'>('/tenants/:tid/sources/:sid', 'sources', s.tidSidParams, (p) =>
     store.deleteSource(p.tid, p.sid),
   );
 
   // --- events --------------------------------------------------------------------------------
-  app.post<{ Params: P<'tid'>; Body: { id?: string; type: string; payload: unknown } }>(
+  app.post<{ Params: P<'tid'>; Body: { id?: string; type: string; payload: unknown; orderingKey?: string } }>(
     '/tenants/:tid/events',
-    spec(
+    tenantKeySpec(
       'events',
       {
         params: s.tidParams,
         body: s.createEventBody,
-        response: {
-          202: { description: 'accepted and durable', ...s.eventAcceptedSchema },
-          200: { description: 'seen within the dedup window; not delivered again', ...s.eventAcceptedSchema },
-        },
+        response: acceptedOrRepeated(
+          'accepted and durable',
+          'seen within the dedup window; not delivered again',
+          s.eventAcceptedSchema,
+        ),
       },
-      [400, 401, 403, 404, 413, 503],
-      { config: { tenantKey: true } },
+      [400, 401, 403, 404, 413, 429, 503],
     ),
     async (req, reply) => {
       const services = d.services;
-      await store.requireTenant(req.params.tid);
-      const r = await services.intake.submit({
-        tenantId: req.params.tid,
-        id: req.body.id ?? newId('evt'),
-        type: req.body.type,
-        receivedAt: Date.now(),
-        contentType: 'application/json',
-        body: Buffer.from(JSON.stringify(req.body.payload)),
-      });
+      const tenant = await store.requireTenant(req.params.tid);
+      const admitted = await d.admission.admit(tenant);
+      let r: { id: string; duplicate: boolean };
+      try {
+        r = await services.intake.submit({
+          tenantId: req.params.tid,
+          id: req.body.id ?? newId('evt'),
+          type: req.body.type,
+          receivedAt: Date.now(),
+          contentType: 'application/json',
+          body: Buffer.from(JSON.stringify(req.body.payload)),
+          ...(req.body.orderingKey === undefined ? {} : { orderingKey: req.body.orderingKey }),
+        });
+      } catch (err) {
+        await admitted.refund().catch(() => {});
+        throw err;
+      }
+      // A duplicate adds nothing to Redis: it does not count against the quota.
+      if (r.duplicate) await admitted.refund().catch(() => {});
       return r.duplicate
         ? reply.code(200).send({ id: r.id, duplicate: true })
         : reply.code(202).send({ id: r.id });
@@ -448,9 +552,11 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
 
   app.get<{ Params: P<'tid' | 'eid'> }>(
     '/tenants/:tid/events/:eid',
-    spec('events', { params: s.tidEidParams, response: { 200: s.eventSchema } }, [400, 401, 403, 404, 503], {
-      config: { tenantKey: true },
-    }),
+    tenantKeySpec(
+      'events',
+      { params: s.tidEidParams, response: { 200: s.eventSchema } },
+      [400, 401, 403, 404, 503],
+    ),
     async (req) => {
       const services = d.services;
       await store.requireTenant(req.params.tid);
@@ -461,23 +567,22 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
   );
 
   // --- dead letters --------------------------------------------------------------------------
-  app.get<{ Params: P<'tid'>; Querystring: { endpointId?: string; limit?: string } }>(
+  app.get<{ Params: P<'tid'>; Querystring: { endpointId?: string; limit?: string; cursor?: string } }>(
     '/tenants/:tid/dlq',
     spec(
       'dlq',
-      { params: s.tidParams, querystring: s.dlqQuery, response: { 200: s.list(s.dlqEntrySchema) } },
+      { params: s.tidParams, querystring: s.dlqQuery, response: { 200: s.dlqPageSchema } },
       [400, 401, 404, 503],
     ),
     async (req) => {
       const services = d.services;
       await store.requireTenant(req.params.tid);
       const limit = Math.min(Number(req.query.limit ?? 100), 1000);
-      return {
-        data: await services.listDlq(req.params.tid, {
-          ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}),
-          limit,
-        }),
-      };
+      return services.pageDlq(req.params.tid, {
+        ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}),
+        from: Number(req.query.cursor ?? 0),
+        limit,
+      });
     },
   );
 

@@ -1,3 +1,6 @@
+import { WHSEC_SCHEMA_PATTERN } from '@spillway/shared';
+import { createOptionProps, outputOptionProps, patchOptionProps } from './endpoint-options.ts';
+
 /**
  * JSON schemas of the admin API. Fastify validates every body, params and querystring with them
  * (additionalProperties: false, no coercion of bodies, so unknown fields and wrong types are 400),
@@ -23,6 +26,9 @@ function input<P extends object>(properties: P, required?: readonly string[]) {
 export const ID_PATTERN = '^[A-Za-z0-9_.-]{1,64}$';
 
 const id = { type: 'string', pattern: ID_PATTERN } as const;
+
+/** Ordering keys: printable ASCII without spaces or braces (they become part of Redis keys), ≤ 128. */
+export const ORDERING_KEY_PATTERN = '^[\\x21-\\x7a|~]{1,128}$';
 
 export const rateSchema = input(
   {
@@ -63,12 +69,27 @@ const limitsProps = {
   },
 } as const;
 
+/** The events-API quota and rate of a tenant; absent = the configured defaults. */
+const quotaProps = {
+  eventsPerDay: {
+    type: 'integer',
+    minimum: 1,
+    maximum: 1_000_000_000_000,
+    description:
+      'events the events API accepts per UTC day (429 past it); absent = SPILLWAY_TENANT_EVENTS_PER_DAY',
+  },
+  eventRate: {
+    ...rateSchema,
+    description: 'rate of the events API (429 past it); absent = SPILLWAY_TENANT_EVENT_RATE',
+  },
+} as const;
+
 export const tenantSchema = output(['id', 'limits', 'status', 'createdAt'], {
   id,
   limits: {
     type: 'object',
     required: ['maxInFlight', 'concurrency'],
-    properties: { ...limitsProps, rate: rateSchema },
+    properties: { ...limitsProps, rate: rateSchema, ...quotaProps },
   },
   status: { type: 'string', enum: ['active', 'paused'] },
   createdAt: { type: 'string', format: 'date-time' },
@@ -76,7 +97,11 @@ export const tenantSchema = output(['id', 'limits', 'status', 'createdAt'], {
 
 export const createTenantBody = input({
   id,
-  limits: { type: 'object', additionalProperties: false, properties: { ...limitsProps, rate: rateSchema } },
+  limits: {
+    type: 'object',
+    additionalProperties: false,
+    properties: { ...limitsProps, rate: rateSchema, ...quotaProps },
+  },
 });
 
 export const patchTenantBody = input(
@@ -84,7 +109,12 @@ export const patchTenantBody = input(
     limits: {
       type: 'object',
       additionalProperties: false,
-      properties: { ...limitsProps, rate: nullableRate },
+      properties: {
+        ...limitsProps,
+        rate: nullableRate,
+        eventsPerDay: { anyOf: [quotaProps.eventsPerDay, { type: 'null' }] },
+        eventRate: { anyOf: [quotaProps.eventRate, { type: 'null' }] },
+      },
     },
   },
   ['limits'],
@@ -148,17 +178,20 @@ export const statsSchema = output(
 
 export const statsQuery = input({ detail: { type: 'string', enum: ['workers'] } });
 
-/** Patterns a subscription may use: `*`, `order.*`, or an exact type. */
+/**
+ * Patterns a subscription may use: `*`, `order.*`, `orders/*` (Shopify topics), or an exact type
+ * (`order.created`, `orders/create`). Segments are separated by `.` or `/`.
+ */
 const eventTypePattern = {
   type: 'string',
-  pattern: '^(\\*|[A-Za-z0-9_:-]+(\\.[A-Za-z0-9_:-]+)*(\\.\\*)?)$',
+  pattern: '^(\\*|[A-Za-z0-9_:-]+([./][A-Za-z0-9_:-]+)*([./]\\*)?)$',
   maxLength: 200,
 } as const;
 const eventTypes = { type: 'array', minItems: 1, maxItems: 100, items: eventTypePattern } as const;
-/** `whsec_` + base64 of at least 24 bytes (32 base64 characters). */
+/** `whsec_` + base64 of at least WHSEC_MIN_KEY_BYTES (the shared rule, `whsecProblem`). */
 const endpointSecret = {
   type: 'string',
-  pattern: '^whsec_[A-Za-z0-9+/]{32,}={0,2}$',
+  pattern: WHSEC_SCHEMA_PATTERN,
   maxLength: 256,
 } as const;
 const url = {
@@ -169,32 +202,38 @@ const url = {
 } as const;
 const timeoutMs = { type: 'integer', minimum: 100, maximum: 120_000 } as const;
 
+/** A rotation in progress, as GET and list show it: when each replaced secret stops (never the secret). */
+const previousSecretsView = {
+  type: 'array',
+  description: 'replaced secrets still live (the secrets themselves only from GET .../secret)',
+  items: output(['expiresAt'], { expiresAt: { type: 'string', format: 'date-time' } }),
+} as const;
+
 export const endpointSchema = output(
-  ['id', 'tenantId', 'url', 'eventTypes', 'secret', 'timeoutMs', 'status', 'createdAt'],
+  ['id', 'tenantId', 'url', 'eventTypes', 'timeoutMs', 'status', 'createdAt'],
   {
     id,
     tenantId: id,
     url,
     eventTypes,
-    secret: endpointSecret,
-    previousSecrets: {
-      type: 'array',
-      items: {
-        type: 'object',
-        required: ['secret', 'expiresAt'],
-        properties: { secret: endpointSecret, expiresAt: { type: 'string', format: 'date-time' } },
-      },
-    },
+    previousSecrets: previousSecretsView,
     rate: rateSchema,
     timeoutMs,
     status: { type: 'string', enum: ['active', 'paused', 'disabled'] },
     disabledReason: { type: 'string' },
+    ...outputOptionProps,
     createdAt: { type: 'string', format: 'date-time' },
   },
 );
 
+/** The 201 of a create: the only answer besides GET .../secret that carries the secret. */
+export const createdEndpointSchema = output([...endpointSchema.required, 'secret'], {
+  ...endpointSchema.properties,
+  secret: { ...endpointSecret, description: 'shown only here and by GET .../secret' },
+});
+
 export const createEndpointBody = input(
-  { id, url, eventTypes, secret: endpointSecret, rate: rateSchema, timeoutMs },
+  { id, url, eventTypes, secret: endpointSecret, rate: rateSchema, timeoutMs, ...createOptionProps },
   ['url'],
 );
 
@@ -202,7 +241,14 @@ export const patchEndpointBody = {
   type: 'object',
   additionalProperties: false,
   minProperties: 1,
-  properties: { url, eventTypes, secret: endpointSecret, rate: nullableRate, timeoutMs },
+  properties: {
+    url,
+    eventTypes,
+    secret: endpointSecret,
+    rate: nullableRate,
+    timeoutMs,
+    ...patchOptionProps,
+  },
 } as const;
 
 export const endpointStatusSchema = output(['id', 'status'], {
@@ -219,26 +265,31 @@ const cidrs = {
 } as const;
 const maxBodyBytes = { type: 'integer', minimum: 1, maximum: 64 * 1024 * 1024 } as const;
 
-export const sourceSchema = output(
-  ['id', 'tenantId', 'kind', 'secret', 'maxBodyBytes', 'createdAt', 'ingestPath'],
-  {
-    id,
-    tenantId: id,
-    kind: sourceKind,
-    secret: { type: 'string' },
-    allowCidrs: cidrs,
-    maxBodyBytes,
-    rate: rateSchema,
-    createdAt: { type: 'string', format: 'date-time' },
-    ingestPath: { type: 'string', description: 'POST here on the ingest port' },
-  },
-);
+export const sourceSchema = output(['id', 'tenantId', 'kind', 'maxBodyBytes', 'createdAt', 'ingestPath'], {
+  id,
+  tenantId: id,
+  kind: sourceKind,
+  previousSecrets: previousSecretsView,
+  allowCidrs: cidrs,
+  maxBodyBytes,
+  rate: rateSchema,
+  createdAt: { type: 'string', format: 'date-time' },
+  ingestPath: { type: 'string', description: 'POST here on the ingest port' },
+});
+
+const sourceSecret = { type: 'string', minLength: 1, maxLength: 512 } as const;
+
+/** The 201 of a create: the only answer besides GET .../secret that carries the secret. */
+export const createdSourceSchema = output([...sourceSchema.required, 'secret'], {
+  ...sourceSchema.properties,
+  secret: { type: 'string', description: 'shown only here and by GET .../secret' },
+});
 
 export const createSourceBody = input(
   {
     id,
     kind: sourceKind,
-    secret: { type: 'string', minLength: 1, maxLength: 512 },
+    secret: sourceSecret,
     allowCidrs: cidrs,
     maxBodyBytes,
     rate: rateSchema,
@@ -249,8 +300,14 @@ export const createSourceBody = input(
 export const createEventBody = input(
   {
     id,
-    type: { type: 'string', pattern: '^[A-Za-z0-9_:-]+(\\.[A-Za-z0-9_:-]+)*$', maxLength: 200 },
+    type: { type: 'string', pattern: '^[A-Za-z0-9_:-]+([./][A-Za-z0-9_:-]+)*$', maxLength: 200 },
     payload: { description: 'any JSON value; delivered as its JSON bytes' },
+    orderingKey: {
+      type: 'string',
+      pattern: ORDERING_KEY_PATTERN,
+      description:
+        'events sharing a key reach endpoints with ordering "per-key" one at a time, in acceptance order',
+    },
   },
   ['type', 'payload'],
 );
@@ -288,7 +345,18 @@ export const dlqEntrySchema = output(['eventId', 'endpointId', 'attempts', 'last
 export const dlqQuery = input({
   endpointId: id,
   limit: { type: 'string', pattern: '^[1-9][0-9]{0,3}$', description: '1-1000, default 100' },
+  cursor: { type: 'string', pattern: '^[0-9]{1,12}$', description: 'the `next` of the previous page' },
 });
+
+export const dlqPageSchema = {
+  type: 'object',
+  required: ['data', 'total'],
+  properties: {
+    data: { type: 'array', items: dlqEntrySchema },
+    next: { type: 'string', description: 'absent on the last page' },
+    total: { type: 'integer', description: 'entries in the DLQ (of the endpoint, with endpointId)' },
+  },
+} as const;
 
 export const replayBody = input({ endpointId: id });
 
@@ -303,6 +371,65 @@ export const apiKeySchema = output(['id', 'tenantId', 'createdAt'], {
 });
 
 export const createApiKeyBody = input({ name: { type: 'string', minLength: 1, maxLength: 100 } });
+
+// --- secrets, source PATCH and rotation (issue 16, admin half) ----------------------------------
+
+/** GET .../endpoints/:eid/secret and GET .../sources/:sid/secret. */
+export const secretSchema = output(['secret', 'previousSecrets'], {
+  secret: { type: 'string' },
+  previousSecrets: {
+    type: 'array',
+    description: 'replaced secrets that still sign (endpoints) or verify (sources) until expiresAt',
+    items: output(['secret', 'expiresAt'], {
+      secret: { type: 'string' },
+      expiresAt: { type: 'string', format: 'date-time' },
+    }),
+  },
+});
+
+/** Longest overlap a source rotation may ask for: 30 days. */
+export const MAX_SECRET_OVERLAP_S = 30 * 24 * 3600;
+
+export const patchSourceBody = {
+  type: 'object',
+  additionalProperties: false,
+  minProperties: 1,
+  properties: {
+    secret: { ...sourceSecret, description: 'a new secret: a rotation (the old one keeps verifying)' },
+    secretOverlapSeconds: {
+      type: 'integer',
+      minimum: 0,
+      maximum: MAX_SECRET_OVERLAP_S,
+      description:
+        'with secret: how long the replaced secret keeps verifying (default 86400); 0 = only the new secret from now (with the current secret: ends an overlap early)',
+    },
+    allowCidrs: { anyOf: [cidrs, { type: 'null' }], description: 'null: any address' },
+    maxBodyBytes,
+    rate: nullableRate,
+  },
+} as const;
+
+export const reencryptSchema = output(['keyId', 'endpoints', 'sources', 'failed'], {
+  keyId: { type: 'string', description: 'id of SPILLWAY_SECRET_KEY: every secret is sealed under it now' },
+  endpoints: output(['scanned', 'reencrypted'], {
+    scanned: { type: 'integer' },
+    reencrypted: { type: 'integer' },
+  }),
+  sources: output(['scanned', 'reencrypted'], {
+    scanned: { type: 'integer' },
+    reencrypted: { type: 'integer' },
+  }),
+  failed: {
+    type: 'array',
+    description: 'records no configured key opens (left as they are)',
+    items: output(['kind', 'tenantId', 'id', 'message'], {
+      kind: { type: 'string', enum: ['endpoint', 'source'] },
+      tenantId: id,
+      id,
+      message: { type: 'string' },
+    }),
+  },
+});
 
 export const tidParams = { type: 'object', required: ['tid'], properties: { tid: id } } as const;
 export const tidEidParams = output(['tid', 'eid'], { tid: id, eid: id });
@@ -328,5 +455,6 @@ const ERROR_TEXT: Record<number, string> = {
   404: 'unknown id',
   409: 'id exists',
   413: 'body over 1 MiB',
+  429: "over the tenant's events quota or rate (Retry-After)",
   503: 'durable storage cannot take the write now (Retry-After)',
 };

@@ -1,4 +1,5 @@
 import type { DeliveryRecord, DlqEntry, Intake } from '@spillway/shared';
+import type { HistoryReader } from '../history/reader.ts';
 
 /**
  * What the admin API (and the ingest role) need from the router. Implemented by
@@ -39,8 +40,17 @@ export interface TenantStats {
 export interface RouterServices {
   /** The durable, group-committed, deduplicating intake (events API and ingest). */
   readonly intake: Intake;
+  /** The event log and attempt history (docs/storage.md). */
+  readonly history: HistoryReader;
   getEvent(tenantId: string, eventId: string): Promise<EventView | undefined>;
   listDlq(tenantId: string, opts?: { endpointId?: string; limit?: number }): Promise<DlqEntry[]>;
+  /** A page of the DLQ from list index `from` (oldest first), the cursor after it, and the count. */
+  pageDlq(
+    tenantId: string,
+    opts: { endpointId?: string; from: number; limit: number },
+  ): Promise<{ data: DlqEntry[]; next?: string; total: number }>;
+  /** Deletes the tenant's dead letters (of one endpoint, if given); returns how many. */
+  purgeDlq(tenantId: string, opts?: { endpointId?: string }): Promise<number>;
   /** Moves DLQ entries back into delivery with a fresh attempt schedule; returns how many. */
   replayDlq(
     tenantId: string,

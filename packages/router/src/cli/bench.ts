@@ -57,7 +57,17 @@ export async function runBench(
   await new Promise<void>((r) => sink.listen(0, opts.sinkHost, r));
   const tid = `bench-${randomBytes(4).toString('hex')}`;
   try {
-    await client.post('/v1/tenants', { id: tid, limits: { maxInFlight: 10_000, concurrency: 64 } });
+    // The events API's default rate would make the bench measure the limiter: this throwaway tenant
+    // gets a rate and quota far above what one CLI process can post.
+    await client.post('/v1/tenants', {
+      id: tid,
+      limits: {
+        maxInFlight: 10_000,
+        concurrency: 64,
+        eventRate: { perSecond: 1_000_000, burst: 1_000_000 },
+        eventsPerDay: Math.max(1, opts.events),
+      },
+    });
     const { port } = sink.address() as AddressInfo;
     const host = opts.sinkHost.includes(':') ? `[${opts.sinkHost}]` : opts.sinkHost;
     await client.post(`/v1/tenants/${tid}/endpoints`, { id: 'sink', url: `http://${host}:${port}/sink` });

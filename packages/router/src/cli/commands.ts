@@ -2,20 +2,30 @@ import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { registerBenchCommand } from './bench.ts';
 import { AdminClient, seg } from './client.ts';
+import {
+  DELIVERY_FLAG_KEYS,
+  type DeliveryFlags,
+  deliveryBody,
+  deliveryRow,
+  withDeliveryFlags,
+} from './endpoint-options.ts';
 import { printJson, printKv, printTable } from './output.ts';
+import { secretInput } from './secret-input.ts';
 
 interface GlobalOpts {
   url?: string;
   token?: string;
+  tokenFile?: string;
   json?: boolean;
 }
 
-type Row = Record<string, unknown>;
+export type Row = Record<string, unknown>;
 
-function ctx(cmd: Command): { client: AdminClient; json: boolean } {
+export function ctx(cmd: Command): { client: AdminClient; json: boolean } {
   const o = cmd.optsWithGlobals<GlobalOpts>();
+  const token = secretInput('token', o.token, o.tokenFile);
   return {
-    client: new AdminClient({ ...(o.url ? { url: o.url } : {}), ...(o.token ? { token: o.token } : {}) }),
+    client: new AdminClient({ ...(o.url ? { url: o.url } : {}), ...(token ? { token } : {}) }),
     json: Boolean(o.json),
   };
 }
@@ -24,7 +34,7 @@ function ctx(cmd: Command): { client: AdminClient; json: boolean } {
  * A subcommand that takes positional ids, makes one admin API call and prints its answer: JSON with
  * --json, else `print` (a table, key/values or one line).
  */
-function simple<R, O = Record<string, never>>(
+export function simple<R, O = Record<string, never>>(
   parent: Command,
   name: string,
   args: string[],
@@ -44,7 +54,7 @@ function simple<R, O = Record<string, never>>(
 }
 
 /** `/v1/tenants/<tenantId>[/<collection>/<id>...]`, every id URL-escaped. */
-const tenantPath = (tenantId: string, ...rest: string[]) =>
+export const tenantPath = (tenantId: string, ...rest: string[]) =>
   `/v1/tenants/${seg(tenantId)}${rest.map((part, i) => `/${i % 2 ? seg(part) : part}`).join('')}`;
 
 /** `<group> list <tid>`: one of a tenant's collections as a table. */
@@ -103,7 +113,7 @@ function pauseResumeCommands(parent: Command, what: 'tenant' | 'endpoint', args:
   }
 }
 
-const int = (name: string) => (v: string) => {
+export const int = (name: string) => (v: string) => {
   if (!/^\d+$/.test(v)) throw new Error(`${name} must be a whole number (got "${v}")`);
   return Number(v);
 };
@@ -112,13 +122,13 @@ const num = (name: string) => (v: string) => {
   if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number (got "${v}")`);
   return n;
 };
-const csv = (v: string) =>
+export const csv = (v: string) =>
   v
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
 
-interface RateOpts {
+export interface RateOpts {
   ratePerSecond?: number;
   rateBurst?: number;
 }
@@ -129,14 +139,22 @@ function rateOf(o: RateOpts): { perSecond: number; burst: number } | undefined {
   return { perSecond: o.ratePerSecond, burst: o.rateBurst ?? Math.max(1, Math.ceil(o.ratePerSecond)) };
 }
 
+/** `--event-rate 100` or `--event-rate 100:200` (perSecond[:burst]). */
+const eventRate = (v: string) => {
+  const m = /^(\d+(?:\.\d+)?)(?::(\d+))?$/.exec(v);
+  const perSecond = Number(m?.[1]);
+  if (!m || !(perSecond > 0)) throw new Error(`--event-rate must be <perSecond>[:<burst>] (got "${v}")`);
+  return { perSecond, burst: m[2] ? Number(m[2]) : Math.max(1, Math.ceil(perSecond)) };
+};
+
 /** `--rate-per-second` and `--rate-burst` (`what`: delivery or ingest). */
-const withRate = (cmd: Command, what: string): Command =>
+export const withRate = (cmd: Command, what: string): Command =>
   cmd
     .option('--rate-per-second <n>', `${what} rate limit`, num('--rate-per-second'))
     .option('--rate-burst <n>', `${what} rate burst`, int('--rate-burst'));
 
 /** A request body of the options that were given, plus `rate` when one was. */
-function bodyOf(o: RateOpts & object): Record<string, unknown> {
+export function bodyOf(o: RateOpts & object): Record<string, unknown> {
   const { ratePerSecond: _p, rateBurst: _b, ...rest } = o;
   const body: Record<string, unknown> = { ...rest, rate: rateOf(o) };
   for (const [k, v] of Object.entries(body)) if (v === undefined || v === '') delete body[k];
@@ -166,8 +184,8 @@ const endpointRow = (e: Row) => ({
   rate: e.rate ? `${(e.rate as { perSecond: number }).perSecond}/s` : '-',
   status: e.disabledReason ? `${e.status} (${e.disabledReason})` : e.status,
 });
-const SOURCE_COLS = ['id', 'kind', 'ingestPath', 'maxBodyBytes', 'allowCidrs'];
-const sourceRow = (s: Row) => ({
+export const SOURCE_COLS = ['id', 'kind', 'ingestPath', 'maxBodyBytes', 'allowCidrs'];
+export const sourceRow = (s: Row) => ({
   ...s,
   allowCidrs: ((s.allowCidrs as string[] | undefined) ?? ['any']).join(','),
 });
@@ -176,7 +194,8 @@ const sourceRow = (s: Row) => ({
 export function registerOperatorCommands(program: Command): void {
   program
     .option('--url <url>', 'admin API base URL (default $SPILLWAY_ADMIN_URL or http://127.0.0.1:8081)')
-    .option('--token <token>', 'admin token (default $SPILLWAY_ADMIN_TOKEN)')
+    .option('--token <token>', 'admin token, or - to read it from stdin (default $SPILLWAY_ADMIN_TOKEN)')
+    .option('--token-file <path>', 'read the admin token from a file (- = stdin)')
     .option('--json', 'print JSON instead of tables');
 
   // --- tenants -------------------------------------------------------------------------------
@@ -195,10 +214,16 @@ export function registerOperatorCommands(program: Command): void {
       .description('create a tenant')
       .argument('[id]', 'tenant id (generated when absent)')
       .option('--max-in-flight <n>', 'credits held in a worker at once', int('--max-in-flight'))
-      .option('--concurrency <n>', 'concurrent deliveries per worker', int('--concurrency')),
+      .option('--concurrency <n>', 'concurrent deliveries per worker', int('--concurrency'))
+      .option('--events-per-day <n>', 'events API quota per UTC day', int('--events-per-day'))
+      .option('--event-rate <perSecond[:burst]>', 'events API rate', eventRate),
     'delivery',
   ).action(
-    async (id: string | undefined, o: RateOpts & { maxInFlight?: number; concurrency?: number }, cmd) => {
+    async (
+      id: string | undefined,
+      o: RateOpts & { maxInFlight?: number; concurrency?: number; eventsPerDay?: number; eventRate?: object },
+      cmd,
+    ) => {
       const { client, json } = ctx(cmd);
       const limits = bodyOf(o);
       const body: RateOpts & { id?: string; limits?: object } = { id };
@@ -308,31 +333,88 @@ export function registerOperatorCommands(program: Command): void {
   // --- endpoints -----------------------------------------------------------------------------
   const endpoints = program.command('endpoints').description("manage a tenant's delivery endpoints");
   listCommand(endpoints, 'endpoints', ['tenantId', ...ENDPOINT_COLS], endpointRow);
-  withRate(
-    endpoints
-      .command('create')
-      .argument('<tid>')
-      .argument('<url>', 'http(s) URL receiving the webhooks')
-      .option('--id <id>', 'endpoint id (generated when absent)')
-      .option('--event-types <list>', 'comma-separated: *, order.*, order.created', csv)
-      .option('--secret <whsec>', 'signing secret (generated when absent)')
-      .option('--timeout-ms <n>', 'delivery timeout', int('--timeout-ms'))
-      .description('create an endpoint (prints its secret)'),
-    'delivery',
-  ).action(
-    async (
-      tid: string,
-      url: string,
-      o: RateOpts & { id?: string; eventTypes?: string[]; secret?: string; timeoutMs?: number },
-      cmd: Command,
-    ) => {
-      const { client, json } = ctx(cmd);
-      const e = await client.post<Row>(tenantPath(tid, 'endpoints'), { url, ...bodyOf(o) });
-      json ? printJson(e) : printKv({ ...endpointRow(e), secret: e.secret });
-    },
-  );
+  type EndpointOpts = RateOpts &
+    DeliveryFlags & {
+      id?: string;
+      url?: string;
+      eventTypes?: string[];
+      secret?: string;
+      secretFile?: string;
+      timeoutMs?: number;
+    };
+  /**
+   * The body of the flags given: the plain fields and rate as before, the delivery options by their
+   * rules; secrets and credentials may come from stdin or a file (./secret-input.ts).
+   */
+  const endpointBody = (o: EndpointOpts) => {
+    const { secretFile, ...plain }: Record<string, unknown> = { ...o };
+    for (const k of DELIVERY_FLAG_KEYS) delete plain[k];
+    plain.secret = secretInput('secret', o.secret, secretFile as string | undefined);
+    const flags: DeliveryFlags = {
+      ...o,
+      basicAuth: secretInput('basic-auth', o.basicAuth, o.basicAuthFile),
+      bearerToken: secretInput('bearer-token', o.bearerToken, o.bearerTokenFile),
+    };
+    return { ...bodyOf(plain), ...deliveryBody(flags) };
+  };
+  /** `endpoints create|update`: `own` options, then subscriptions, timeout, rate and the delivery options. */
+  const endpointCommand = (
+    name: 'create' | 'update',
+    second: [string, string?],
+    own: (c: Command) => Command,
+    description: string,
+  ) =>
+    withDeliveryFlags(
+      withRate(
+        own(
+          endpoints
+            .command(name)
+            .argument('<tid>')
+            .argument(...second),
+        )
+          .option('--event-types <list>', 'comma-separated: *, order.*, order.created', csv)
+          .option('--timeout-ms <n>', 'delivery timeout', int('--timeout-ms'))
+          .description(description),
+        'delivery',
+      ),
+      name === 'update',
+    );
+  endpointCommand(
+    'create',
+    ['<url>', 'http(s) URL receiving the webhooks'],
+    (c) =>
+      c
+        .option('--id <id>', 'endpoint id (generated when absent)')
+        .option('--secret <whsec>', 'signing secret, or - to read it from stdin (generated when absent)')
+        .option('--secret-file <path>', 'read the signing secret from a file (- = stdin)'),
+    'create an endpoint (prints its secret)',
+  ).action(async (tid: string, url: string, o: EndpointOpts, cmd: Command) => {
+    const { client, json } = ctx(cmd);
+    const e = await client.post<Row>(tenantPath(tid, 'endpoints'), { url, ...endpointBody(o) });
+    json ? printJson(e) : printKv({ ...endpointRow(e), ...deliveryRow(e), secret: e.secret });
+  });
+  endpointCommand(
+    'update',
+    ['<eid>'],
+    (c) => c.option('--url <url>', 'new URL'),
+    "change an endpoint's URL, subscriptions, limits or delivery options",
+  ).action(async (tid: string, eid: string, o: EndpointOpts, cmd: Command) => {
+    const { client, json } = ctx(cmd);
+    const body = endpointBody(o);
+    if (Object.keys(body).length === 0) throw new Error('nothing to update: give at least one option');
+    const e = await client.patch<Row>(tenantPath(tid, 'endpoints', eid), body);
+    json ? printJson(e) : printKv({ ...endpointRow(e), ...deliveryRow(e) });
+  });
   getCommand(endpoints, 'endpoints', 'eid', (e) =>
-    printKv({ ...endpointRow(e), secret: e.secret, createdAt: e.createdAt }),
+    printKv({ ...endpointRow(e), ...deliveryRow(e), createdAt: e.createdAt }),
+  );
+  simple(
+    endpoints,
+    'public-key',
+    ['tid', 'eid'],
+    (client, [tid, eid]) => client.get<Row>(tenantPath(tid!, 'endpoints', eid!, 'public-key')),
+    (k) => process.stdout.write(`${k.publicKey}\n${k.publicKeyPem}`),
+    'the Ed25519 public key receivers verify v1a signatures with (whpk_ and PEM)',
   );
   deleteCommand(endpoints, 'endpoint', ['tid', 'eid']);
   pauseResumeCommands(endpoints, 'endpoint', ['tid', 'eid']);
@@ -345,7 +427,8 @@ export function registerOperatorCommands(program: Command): void {
       .command('create')
       .argument('<tid>')
       .requiredOption('--kind <kind>', 'github, stripe, shopify or standard')
-      .requiredOption('--secret <secret>', "the provider's signing secret")
+      .option('--secret <secret>', "the provider's signing secret, or - to read it from stdin")
+      .option('--secret-file <path>', "read the provider's signing secret from a file (- = stdin)")
       .option('--id <id>', 'source id (generated when absent)')
       .option('--allow-cidrs <list>', 'comma-separated CIDRs allowed to post', csv)
       .option('--max-body-bytes <n>', 'largest body accepted', int('--max-body-bytes')),
@@ -355,15 +438,19 @@ export function registerOperatorCommands(program: Command): void {
       tid: string,
       o: RateOpts & {
         kind: string;
-        secret: string;
+        secret?: string;
+        secretFile?: string;
         id?: string;
         allowCidrs?: string[];
         maxBodyBytes?: number;
       },
       cmd: Command,
     ) => {
+      const { secretFile, ...rest } = o;
+      const fields = { ...rest, secret: secretInput('secret', rest.secret, secretFile) };
+      if (!fields.secret) throw new Error('sources create needs --secret or --secret-file');
       const { client, json } = ctx(cmd);
-      const src = await client.post<Row>(tenantPath(tid, 'sources'), bodyOf(o));
+      const src = await client.post<Row>(tenantPath(tid, 'sources'), bodyOf(fields));
       json ? printJson(src) : printKv(sourceRow(src));
     },
   );
@@ -372,7 +459,10 @@ export function registerOperatorCommands(program: Command): void {
 
   // --- events --------------------------------------------------------------------------------
   const events = program.command('events').description('send an event, or see where one went');
-  simple<{ id: string; duplicate?: boolean }, { type: string; payload: string; id?: string }>(
+  simple<
+    { id: string; duplicate?: boolean },
+    { type: string; payload: string; id?: string; orderingKey?: string }
+  >(
     events,
     'send',
     ['tid'],
@@ -387,13 +477,18 @@ export function registerOperatorCommands(program: Command): void {
         type: o.type,
         payload,
         ...(o.id ? { id: o.id } : {}),
+        ...(o.orderingKey ? { orderingKey: o.orderingKey } : {}),
       });
     },
     (r) => process.stdout.write(`${r.duplicate ? 'duplicate' : 'accepted'} ${r.id}\n`),
   )
     .requiredOption('--type <type>', 'event type, e.g. order.created')
     .option('--payload <json>', 'JSON payload', '{}')
-    .option('--id <id>', 'event id (dedup key; generated when absent)');
+    .option('--id <id>', 'event id (dedup key; generated when absent)')
+    .option(
+      '--ordering-key <key>',
+      'per-key ordered endpoints get events sharing it one at a time, in order',
+    );
   getCommand(events, 'events', 'eventId', (e) => {
     printKv({ id: e.id, type: e.type, receivedAt: e.receivedAt });
     printTable(e.deliveries as Row[], ['endpointId', 'status', 'attempts', 'lastStatus', 'lastError']);
@@ -401,15 +496,36 @@ export function registerOperatorCommands(program: Command): void {
 
   // --- dead letters --------------------------------------------------------------------------
   const dlq = program.command('dlq').description("a tenant's dead letters");
-  simple<{ data: Row[] }, { endpoint?: string; limit?: number }>(
+  simple<
+    { data: Row[]; next?: string; total: number },
+    { endpoint?: string; limit?: number; cursor?: string }
+  >(
     dlq,
     'list',
     ['tid'],
-    (client, [tid], o) => client.get(dlqPath(tid!, o.endpoint, o.limit ?? 100)),
-    (r) => printTable(r.data, ['eventId', 'endpointId', 'attempts', 'lastError', 'failedAt']),
+    (client, [tid], o) =>
+      client.get(`${dlqPath(tid!, o.endpoint, o.limit ?? 100)}${o.cursor ? `&cursor=${seg(o.cursor)}` : ''}`),
+    (r) => {
+      printTable(r.data, ['eventId', 'endpointId', 'attempts', 'lastError', 'failedAt']);
+      process.stdout.write(`${r.total} in the DLQ${r.next ? `; more: --cursor ${r.next}` : ''}\n`);
+    },
   )
     .option('--endpoint <eid>', 'only this endpoint')
-    .option('--limit <n>', 'at most this many (1-1000)', int('--limit'));
+    .option('--limit <n>', 'at most this many (1-1000)', int('--limit'))
+    .option('--cursor <c>', 'the page after this one');
+  simple<{ purged: number }, { endpoint?: string }>(
+    dlq,
+    'purge',
+    ['tid'],
+    (client, [tid], o) =>
+      client.delete(
+        `/v1/tenants/${seg(tid!)}/dlq${o.endpoint ? `?endpointId=${seg(o.endpoint)}` : ''}`,
+      ) as Promise<{
+        purged: number;
+      }>,
+    (r) => process.stdout.write(`purged ${r.purged}\n`),
+    'delete dead letters for good (all, or one endpoint)',
+  ).option('--endpoint <eid>', 'only this endpoint');
   simple<{ replayed: number }, { endpoint?: string }>(
     dlq,
     'replay',
@@ -439,8 +555,8 @@ async function replayWithProgress(
   endpoint: string | undefined,
   show: boolean,
 ): Promise<number> {
-  const pending = async () =>
-    (await client.get<{ data: unknown[] }>(dlqPath(tid, endpoint, 1000))).data.length;
+  // The DLQ's own count (past 1,000 too), not the length of one page.
+  const pending = async () => (await client.get<{ total: number }>(dlqPath(tid, endpoint, 1))).total;
   const total = await pending();
   const bar = show
     ? new cliProgress.SingleBar(

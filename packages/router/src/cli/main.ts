@@ -1,8 +1,11 @@
 import { isSpillwayError, VERSION } from '@spillway/shared';
 import { Command, Option } from 'commander';
+import { installHandover, SUPERVISOR_ENV, signalReady } from '../roles/handover.ts';
 import { ROLES, type Role, start } from '../roles/start.ts';
 import { registerOperatorCommands } from './commands.ts';
+import { registerSecretCommands } from './commands-secrets.ts';
 import { registerEdgeCommands } from './edge.ts';
+import { registerHistoryCommands } from './history.ts';
 
 /** The `spillway` command. Operator subcommands talk to the admin API (SPILLWAY_ADMIN_URL). */
 export function buildProgram(): Command {
@@ -12,19 +15,28 @@ export function buildProgram(): Command {
     .command('start')
     .description('run Spillway roles in this process')
     .addOption(new Option('--role <role>', 'which role to run').choices(ROLES).default('all'))
-    .action(async (opts: { role: Role }) => {
-      const s = await start(opts.role);
+    // Set by a predecessor handing over on SIGUSR2 (roles/handover.ts), never by hand.
+    .addOption(new Option('--listen-fds <ingest,admin>', 'inherited listening sockets').hideHelp())
+    .addOption(new Option('--ready-fd <n>', 'where to say ready').hideHelp())
+    .action(async (opts: { role: Role; listenFds?: string; readyFd?: string }) => {
+      const inherited = opts.listenFds?.split(',').map(Number);
+      const s = await start(opts.role, process.env, {
+        ...(inherited && { listenFds: { ingest: inherited[0], admin: inherited[1] } }),
+      });
       const shown = (h: string) => (h === '0.0.0.0' || h === '::' ? '127.0.0.1' : h);
       const host = shown(s.rt.config.host);
       process.stdout.write(
-        `spillway ${opts.role} running\n  admin:  http://${shown(s.rt.config.adminHost)}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
+        `spillway ${opts.role} running (pid ${process.pid})\n  admin:  http://${shown(s.rt.config.adminHost)}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
       );
       if (opts.role === 'all' || opts.role === 'admin')
         process.stdout.write(
           `  console: http://${host}:${s.adminPort}/console  (sign in with the admin token)\n`,
         );
       if (s.ingestPort !== undefined)
-        process.stdout.write(`  ingest: http://${host}:${s.ingestPort}/ingest/<sourceId>\n`);
+        process.stdout.write(
+          `  ingest: http${s.rt.config.tls ? 's' : ''}://${host}:${s.ingestPort}/ingest/<sourceId>${s.rt.config.tls ? '  (TLS with h2/http1.1, plain HTTP/1.1 and h2c on the same port)' : ''}\n`,
+        );
+      for (const note of s.notes) process.stdout.write(`  ${note}\n`);
       const stop = (sig: string) => {
         s.rt.logger.info({ sig }, 'shutting down');
         s.close().then(
@@ -34,9 +46,31 @@ export function buildProgram(): Command {
       };
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
+      // A worker of an ingest supervisor (SPILLWAY_INGEST_WORKERS): one nobody restarts or stops
+      // should not outlive it. Checked by pid, not by parentage: after a handover the worker is the
+      // supervisor's grandchild, re-parented away.
+      const supervisor = Number(process.env[SUPERVISOR_ENV]);
+      if (supervisor > 0)
+        setInterval(() => {
+          try {
+            process.kill(supervisor, 0);
+          } catch {
+            stop('supervisor gone');
+          }
+        }, 1000).unref();
+      // SIGUSR2: hand the listening sockets to a successor and exit once it serves (docs/operations.md).
+      installHandover({
+        started: s,
+        role: opts.role,
+        logger: s.rt.logger,
+        onHandedOver: () => process.exit(0),
+      });
+      if (opts.readyFd !== undefined) signalReady(Number(opts.readyFd));
     });
 
   registerOperatorCommands(program);
+  registerHistoryCommands(program);
+  registerSecretCommands(program);
   registerEdgeCommands(program);
   return program;
 }

@@ -6,19 +6,47 @@ import { defineCommands, type RedisClient } from '@spillway/shared';
  * caller of each command.
  */
 const SCRIPTS = [
+  'config-swap-1',
   'dedup-release-1',
+  'dedup-reserve-1',
+  'dedup-promote-1',
+  'dlq-push-1',
   'dlq-remove-1',
-  'dedup-reserve-1n',
-  'events-accept-2n',
-  'events-fanout-2n',
+  'history-index-3',
+  'events-admit-2',
+  'quota-refund-1',
+  'ord-accept-2n',
+  'ord-fanout-2n',
+  'ord-step-5',
+  'ord-tenant-1',
 ] as const;
 
 export interface RouterCommands {
+  configSwap(key: string, field: string, expected: string, next: string): Promise<number>;
   dedupRelease(key: string, marker: string): Promise<number>;
+  dedupReserve(base: string, ...args: (string | number)[]): Promise<(string | number)[]>;
+  dedupPromote(base: string, ...args: (string | number)[]): Promise<number>;
+  dlqPush(key: string, cap: number, entry: string): Promise<number>;
   dlqRemove(key: string, ...entries: string[]): Promise<number>;
-  dedupReserve(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<(string | number)[]>;
-  eventsAccept(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
-  eventsFanout(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
+  historyIndex(
+    idBase: string,
+    events: string,
+    attempts: string,
+    ...args: (string | number)[]
+  ): Promise<number>;
+  eventsAdmit(
+    bucket: string,
+    counter: string,
+    rate: string,
+    burst: string,
+    quota: string,
+    ttlMs: string,
+  ): Promise<[number, number]>;
+  quotaRefund(key: string): Promise<number>;
+  ordAccept(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
+  ordFanout(numKeys: number, ...keysThenArgs: (string | number)[]): Promise<number>;
+  ordStep(...keysThenArgs: (string | number)[]): Promise<(string | number)[]>;
+  ordTenant(key: string, tenantId: string, observed: string, next: string): Promise<number>;
 }
 
 /** The same commands queued on a pipeline (ioredis adds custom commands to pipelines too). */

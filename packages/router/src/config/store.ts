@@ -1,13 +1,19 @@
+import { randomBytes } from 'node:crypto';
 import {
+  type Ed25519KeyPair,
   type Endpoint,
+  type EndpointAuth,
   errors,
   type Keys,
   type Logger,
+  type PreviousSecret,
   type RedisClient,
+  type SecretBox,
   type Source,
   type SourceDirectory,
   type Tenant,
 } from '@spillway/shared';
+import { withCommands } from '../commands/index.ts';
 
 /**
  * Tenants, endpoints and sources, stored in Redis:
@@ -16,6 +22,12 @@ import {
  *   keys.endpoints(tenantId)       HASH endpointId → Endpoint JSON
  *   keys.sources              HASH sourceId → Source JSON (ingest knows only the source id)
  * Every write publishes a Change on keys.changes so that caches in other processes drop it.
+ *
+ * Secrets (an endpoint's or a source's `secret` and `previousSecrets[].secret`) are stored sealed
+ * with the SecretBox (AES-256-GCM under SPILLWAY_SECRET_KEY, see @spillway/shared secret-box.ts)
+ * and opened here on every read, so the worker's signer and ingest's verifiers see plaintext and
+ * nothing else in the process needs the key. A secret stored before encryption existed reads as
+ * itself and is sealed the next time its record is written, or by `reencryptSecrets`.
  */
 export interface Change {
   kind: 'tenant' | 'endpoint' | 'source';
@@ -23,14 +35,85 @@ export interface Change {
   id: string;
 }
 
+/**
+ * What holds secrets: endpoints and sources. Sealed are the signing or verification `secret` and
+ * the replaced ones still live, and an endpoint's delivery credentials (`auth.password`,
+ * `auth.token`) and Ed25519 private key (`ed25519.privateKey`); the public key and user name are not
+ * secret.
+ */
+interface WithSecrets {
+  id: string;
+  tenantId: string;
+  secret: string;
+  previousSecrets?: PreviousSecret[];
+  auth?: EndpointAuth;
+  ed25519?: Ed25519KeyPair;
+}
+
+function mapSecrets<T extends WithSecrets>(v: T, f: (secret: string) => string): T {
+  const out: T = { ...v, secret: f(v.secret) };
+  if (v.previousSecrets) out.previousSecrets = v.previousSecrets.map((p) => ({ ...p, secret: f(p.secret) }));
+  if (v.auth)
+    out.auth =
+      v.auth.type === 'basic'
+        ? { ...v.auth, password: f(v.auth.password) }
+        : { ...v.auth, token: f(v.auth.token) };
+  if (v.ed25519) out.ed25519 = { ...v.ed25519, privateKey: f(v.ed25519.privateKey) };
+  return out;
+}
+
+const secretsOf = (v: WithSecrets) => {
+  const out = [v.secret, ...(v.previousSecrets ?? []).map((p) => p.secret)];
+  if (v.auth) out.push(v.auth.type === 'basic' ? v.auth.password : v.auth.token);
+  if (v.ed25519) out.push(v.ed25519.privateKey);
+  return out;
+};
+
+/**
+ * An incarnation stamp (Tenant.gen, Endpoint.gen): 48 random bits in 8 base64url characters, which
+ * every spilled, retried or dead-lettered task carries, so it is kept short.
+ */
+const newGen = () => randomBytes(6).toString('base64url');
+const keepGen = <T extends { gen?: string }>(cur: T, next: T): T =>
+  cur.gen === undefined ? next : { ...next, gen: cur.gen };
+
+/** The additional authenticated data of a record's secrets: a ciphertext opens only in its own record. */
+const endpointContext = (v: { tenantId: string; id: string }) => `endpoint:${v.tenantId}:${v.id}`;
+const sourceContext = (v: { tenantId: string; id: string }) => `source:${v.tenantId}:${v.id}`;
+
+/** What `reencryptSecrets` did. */
+export interface ReencryptReport {
+  /** The key everything is sealed under now (SPILLWAY_SECRET_KEY's id). */
+  keyId: string;
+  endpoints: { scanned: number; reencrypted: number };
+  sources: { scanned: number; reencrypted: number };
+  /** Records that could not be opened (sealed under a key not configured, or altered): left as they are. */
+  failed: { kind: 'endpoint' | 'source'; tenantId: string; id: string; message: string }[];
+}
+
 export class ConfigStore {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
+  readonly #box: SecretBox;
 
-  constructor(redis: RedisClient, keys: Keys) {
+  constructor(redis: RedisClient, keys: Keys, secrets: SecretBox) {
     this.#redis = redis;
     this.#keys = keys;
+    this.#box = secrets;
   }
+
+  #seal<T extends WithSecrets>(v: T, context: string): string {
+    return JSON.stringify(mapSecrets(v, (s) => this.#box.seal(s, context)));
+  }
+
+  #open<T extends WithSecrets>(raw: string, context: (v: T) => string): T {
+    const v = JSON.parse(raw) as T;
+    const ctx = context(v);
+    return mapSecrets(v, (s) => this.#box.open(s, ctx));
+  }
+
+  #openEndpoint = (raw: string): Endpoint => this.#open<Endpoint>(raw, endpointContext);
+  #openSource = (raw: string): Source => this.#open<Source>(raw, sourceContext);
 
   async #publish(change: Change): Promise<void> {
     await this.#redis.publish(this.#keys.changes, JSON.stringify(change));
@@ -38,8 +121,13 @@ export class ConfigStore {
 
   // --- tenants -------------------------------------------------------------------------------
 
-  /** Creates the tenant; SPW_ERR_CONFLICT when the id exists. */
-  async createTenant(tenant: Tenant): Promise<Tenant> {
+  /**
+   * Creates the tenant with a fresh incarnation (`gen`); SPW_ERR_CONFLICT when the id exists.
+   * A tenant deleted and created again under its id is another tenant: tasks and history of the
+   * old one are not the new one's (Endpoint.gen, docs/architecture.md "Id reuse").
+   */
+  async createTenant(input: Tenant): Promise<Tenant> {
+    const tenant: Tenant = { ...input, gen: newGen() };
     const ok = await this.#redis.set(this.#keys.tenant(tenant.id), JSON.stringify(tenant), 'NX');
     if (ok !== 'OK') throw errors.conflict(`tenant ${tenant.id} already exists`);
     await this.#redis.sadd(this.#keys.tenants, tenant.id);
@@ -70,7 +158,9 @@ export class ConfigStore {
 
   /** Read-modify-write of one tenant (admin is the only writer; last write wins). */
   async updateTenant(tenantId: string, update: (t: Tenant) => Tenant): Promise<Tenant> {
-    const next = update(await this.requireTenant(tenantId));
+    const cur = await this.requireTenant(tenantId);
+    // An update never makes another incarnation.
+    const next = keepGen(cur, update(cur));
     await this.#redis.set(this.#keys.tenant(tenantId), JSON.stringify(next), 'XX');
     await this.#publish({ kind: 'tenant', tenantId, id: tenantId });
     return next;
@@ -94,9 +184,15 @@ export class ConfigStore {
 
   // --- endpoints -----------------------------------------------------------------------------
 
-  async createEndpoint(ep: Endpoint): Promise<Endpoint> {
+  /** Creates the endpoint with a fresh incarnation (`gen`, which tasks carry); SPW_ERR_CONFLICT when the id exists. */
+  async createEndpoint(input: Endpoint): Promise<Endpoint> {
+    const ep: Endpoint = { ...input, gen: newGen() };
     await this.requireTenant(ep.tenantId);
-    const ok = await this.#redis.hsetnx(this.#keys.endpoints(ep.tenantId), ep.id, JSON.stringify(ep));
+    const ok = await this.#redis.hsetnx(
+      this.#keys.endpoints(ep.tenantId),
+      ep.id,
+      this.#seal(ep, endpointContext(ep)),
+    );
     if (ok !== 1) throw errors.conflict(`endpoint ${ep.id} already exists`);
     await this.#publish({ kind: 'endpoint', tenantId: ep.tenantId, id: ep.id });
     return ep;
@@ -104,7 +200,7 @@ export class ConfigStore {
 
   async getEndpoint(tenantId: string, endpointId: string): Promise<Endpoint | undefined> {
     const raw = await this.#redis.hget(this.#keys.endpoints(tenantId), endpointId);
-    return raw ? (JSON.parse(raw) as Endpoint) : undefined;
+    return raw ? this.#openEndpoint(raw) : undefined;
   }
 
   async requireEndpoint(tenantId: string, endpointId: string): Promise<Endpoint> {
@@ -116,7 +212,7 @@ export class ConfigStore {
   async listEndpoints(tenantId: string): Promise<Endpoint[]> {
     const all = await this.#redis.hgetall(this.#keys.endpoints(tenantId));
     return Object.values(all)
-      .map((raw) => JSON.parse(raw) as Endpoint)
+      .map(this.#openEndpoint)
       .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
@@ -125,8 +221,14 @@ export class ConfigStore {
     endpointId: string,
     update: (ep: Endpoint) => Endpoint,
   ): Promise<Endpoint> {
-    const next = update(await this.requireEndpoint(tenantId, endpointId));
-    await this.#redis.hset(this.#keys.endpoints(tenantId), endpointId, JSON.stringify(next));
+    const cur = await this.requireEndpoint(tenantId, endpointId);
+    // An update never makes another incarnation (its tasks stay its own).
+    const next = keepGen(cur, update(cur));
+    await this.#redis.hset(
+      this.#keys.endpoints(tenantId),
+      endpointId,
+      this.#seal(next, endpointContext(next)),
+    );
     await this.#publish({ kind: 'endpoint', tenantId, id: endpointId });
     return next;
   }
@@ -141,7 +243,7 @@ export class ConfigStore {
 
   async createSource(src: Source): Promise<Source> {
     await this.requireTenant(src.tenantId);
-    const ok = await this.#redis.hsetnx(this.#keys.sources, src.id, JSON.stringify(src));
+    const ok = await this.#redis.hsetnx(this.#keys.sources, src.id, this.#seal(src, sourceContext(src)));
     if (ok !== 1) throw errors.conflict(`source ${src.id} already exists`);
     await this.#publish({ kind: 'source', tenantId: src.tenantId, id: src.id });
     return src;
@@ -149,20 +251,34 @@ export class ConfigStore {
 
   async getSource(sourceId: string): Promise<Source | undefined> {
     const raw = await this.#redis.hget(this.#keys.sources, sourceId);
-    return raw ? (JSON.parse(raw) as Source) : undefined;
+    return raw ? this.#openSource(raw) : undefined;
+  }
+
+  /** The tenant's source; SPW_ERR_NOT_FOUND for an unknown id or another tenant's source (not a leak). */
+  async requireSource(tenantId: string, sourceId: string): Promise<Source> {
+    const src = await this.getSource(sourceId);
+    if (!src || src.tenantId !== tenantId) throw errors.notFound(`source ${sourceId} not found`);
+    return src;
+  }
+
+  /** Read-modify-write of one source (admin is the only writer; last write wins). */
+  async updateSource(tenantId: string, sourceId: string, update: (src: Source) => Source): Promise<Source> {
+    const next = update(await this.requireSource(tenantId, sourceId));
+    await this.#redis.hset(this.#keys.sources, sourceId, this.#seal(next, sourceContext(next)));
+    await this.#publish({ kind: 'source', tenantId, id: sourceId });
+    return next;
   }
 
   async listSources(tenantId: string): Promise<Source[]> {
     const all = await this.#redis.hgetall(this.#keys.sources);
     return Object.values(all)
-      .map((raw) => JSON.parse(raw) as Source)
-      .filter((s) => s.tenantId === tenantId)
+      .filter((raw) => (JSON.parse(raw) as Source).tenantId === tenantId)
+      .map(this.#openSource)
       .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
   }
 
   async deleteSource(tenantId: string, sourceId: string): Promise<void> {
-    const src = await this.getSource(sourceId);
-    if (!src || src.tenantId !== tenantId) throw errors.notFound(`source ${sourceId} not found`);
+    await this.requireSource(tenantId, sourceId);
     await this.#redis.hdel(this.#keys.sources, sourceId);
     await this.#publish({ kind: 'source', tenantId, id: sourceId });
   }
@@ -170,32 +286,173 @@ export class ConfigStore {
   /** Every source of every tenant (one HGETALL): the ingest role's per-path body-cap table. */
   async listAllSources(): Promise<Source[]> {
     const all = await this.#redis.hgetall(this.#keys.sources);
-    return Object.values(all).map((raw) => JSON.parse(raw) as Source);
+    return Object.values(all).map(this.#openSource);
+  }
+
+  // --- key rotation --------------------------------------------------------------------------
+
+  /**
+   * Seals every stored secret that is not under SPILLWAY_SECRET_KEY yet (plaintext from before
+   * encryption, or sealed under a key in SPILLWAY_SECRET_KEY_PREVIOUS) under it. Walks the tenants
+   * set and every endpoints hash, then the sources hash, with SSCAN/HSCAN (bounded batches). Each
+   * record is replaced only if it still holds what was read (commands/config-swap-1.lua), so an
+   * admin write made meanwhile is never undone; such a record is read again (it was sealed under the
+   * current key by that write, unless the writer still ran an older key). Idempotent: a second run
+   * rewrites nothing. Plaintext is unchanged, so no change is published.
+   */
+  async reencryptSecrets(): Promise<ReencryptReport> {
+    const report: ReencryptReport = {
+      keyId: this.#box.keyId,
+      endpoints: { scanned: 0, reencrypted: 0 },
+      sources: { scanned: 0, reencrypted: 0 },
+      failed: [],
+    };
+    const redis = withCommands(this.#redis);
+    const one = async (
+      kind: 'endpoint' | 'source',
+      hash: string,
+      field: string,
+      raw: string,
+    ): Promise<boolean> => {
+      const context = kind === 'endpoint' ? endpointContext : sourceContext;
+      let current: string | null = raw;
+      // Bounded: a record rewritten by admins three times while we look at it is left for the next run.
+      for (let attempt = 0; attempt < 3 && current !== null; attempt++) {
+        const v = JSON.parse(current) as WithSecrets;
+        if (secretsOf(v).every((s) => this.#box.state(s) === 'current')) return false;
+        let next: string;
+        try {
+          const ctx = context(v);
+          next = JSON.stringify(mapSecrets(v, (s) => this.#box.seal(this.#box.open(s, ctx), ctx)));
+        } catch (err) {
+          report.failed.push({ kind, tenantId: v.tenantId, id: v.id, message: (err as Error).message });
+          return false;
+        }
+        if ((await redis.configSwap(hash, field, current, next)) === 1) return true;
+        current = await this.#redis.hget(hash, field);
+      }
+      return false;
+    };
+    const scanHash = async (
+      kind: 'endpoint' | 'source',
+      hash: string,
+      counts: { scanned: number; reencrypted: number },
+    ) => {
+      let cursor = '0';
+      do {
+        const [next, flat] = await this.#redis.hscan(hash, cursor, 'COUNT', 200);
+        cursor = next;
+        for (let i = 0; i + 1 < flat.length; i += 2) {
+          counts.scanned++;
+          if (await one(kind, hash, flat[i]!, flat[i + 1]!)) counts.reencrypted++;
+        }
+      } while (cursor !== '0');
+    };
+    let cursor = '0';
+    do {
+      const [next, tenantIds] = await this.#redis.sscan(this.#keys.tenants, cursor, 'COUNT', 200);
+      cursor = next;
+      for (const tid of tenantIds) await scanHash('endpoint', this.#keys.endpoints(tid), report.endpoints);
+    } while (cursor !== '0');
+    await scanHash('source', this.#keys.sources, report.sources);
+    return report;
   }
 }
 
-interface Entry<T> {
-  value: T;
-  at: number;
+/**
+ * One map of the cache: entries reused for `ttlMs`, at most `max` of them (least recently used go
+ * first), and concurrent loads of one key share one Redis call. A load that was in flight when its
+ * key changed still answers its callers but does not store what it read before the change.
+ */
+class Slot<T> {
+  readonly #entries = new Map<string, { value: T; at: number }>();
+  readonly #loading = new Map<string, { promise: Promise<T>; stale: boolean }>();
+  readonly #ttlMs: number;
+  readonly #max: number;
+
+  constructor(ttlMs: number, max: number) {
+    this.#ttlMs = ttlMs;
+    this.#max = max;
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  get(key: string, load: () => Promise<T>): Promise<T> {
+    const e = this.#entries.get(key);
+    if (e && Date.now() - e.at < this.#ttlMs) {
+      // Map order is the LRU order: re-insert on use.
+      this.#entries.delete(key);
+      this.#entries.set(key, e);
+      return Promise.resolve(e.value);
+    }
+    const inflight = this.#loading.get(key);
+    if (inflight) return inflight.promise;
+    const rec = { promise: undefined as unknown as Promise<T>, stale: false };
+    const done = () => {
+      if (this.#loading.get(key) === rec) this.#loading.delete(key);
+    };
+    rec.promise = load().then(
+      (value) => {
+        done();
+        if (!rec.stale) {
+          this.#entries.delete(key);
+          this.#entries.set(key, { value, at: Date.now() });
+          while (this.#entries.size > this.#max)
+            this.#entries.delete(this.#entries.keys().next().value as string);
+        }
+        return value;
+      },
+      (err: unknown) => {
+        done();
+        throw err;
+      },
+    );
+    this.#loading.set(key, rec);
+    return rec.promise;
+  }
+
+  drop(key: string): void {
+    this.#entries.delete(key);
+    const rec = this.#loading.get(key);
+    if (rec) {
+      rec.stale = true;
+      this.#loading.delete(key);
+    }
+  }
+
+  clear(): void {
+    this.#entries.clear();
+    for (const rec of this.#loading.values()) rec.stale = true;
+    this.#loading.clear();
+  }
 }
 
 /**
- * Read-through cache of the config for workers and ingest. A change published by any admin drops
- * the entry at once; entries also expire after `ttlMs` so a missed message costs at most that
- * (pause/resume must reach every worker within 1 s).
+ * The one config cache, read through by the worker (tenant views, endpoints) and by ingest
+ * (sources). A change published by any admin drops the entry at once; entries also expire after
+ * `ttlMs`, so a missed message costs at most that (pause/resume must reach every worker within
+ * 1 s). Bounded, because ingest looks up ids that come from strangers: a flood of random
+ * `/ingest/<id>` paths remembers each miss for `ttlMs`, but only the `maxEntries` most recent.
+ * (The worker's Engine keeps a synchronous snapshot per tenant it holds work for, made from this
+ * cache: worker/engine.ts `view`.)
  */
 export class ConfigCache implements SourceDirectory {
   readonly #store: ConfigStore;
-  readonly #ttlMs: number;
-  readonly #tenants = new Map<string, Entry<Tenant | undefined>>();
-  readonly #endpoints = new Map<string, Entry<Endpoint[]>>();
-  readonly #sources = new Map<string, Entry<Source | undefined>>();
+  readonly #tenants: Slot<Tenant | undefined>;
+  readonly #endpoints: Slot<Endpoint[]>;
+  readonly #sources: Slot<Source | undefined>;
   #sub: RedisClient | undefined;
   readonly #listeners = new Set<(c: Change) => void>();
 
-  constructor(store: ConfigStore, opts: { ttlMs?: number } = {}) {
+  constructor(store: ConfigStore, opts: { ttlMs?: number; maxEntries?: number } = {}) {
     this.#store = store;
-    this.#ttlMs = opts.ttlMs ?? 500;
+    const ttl = opts.ttlMs ?? 500;
+    const max = Math.max(1, opts.maxEntries ?? 10_000);
+    this.#tenants = new Slot(ttl, max);
+    this.#endpoints = new Slot(ttl, max);
+    this.#sources = new Slot(ttl, max);
   }
 
   /** Subscribes to changes on a dedicated connection (`sub` must not be used for anything else). */
@@ -223,35 +480,29 @@ export class ConfigCache implements SourceDirectory {
 
   invalidate(change: Change): void {
     if (change.kind === 'tenant') {
-      this.#tenants.delete(change.tenantId);
-      this.#endpoints.delete(change.tenantId);
-    } else if (change.kind === 'endpoint') this.#endpoints.delete(change.tenantId);
-    else this.#sources.delete(change.id);
-  }
-
-  #fresh<T>(e: Entry<T> | undefined): e is Entry<T> {
-    return e !== undefined && Date.now() - e.at < this.#ttlMs;
+      this.#tenants.drop(change.tenantId);
+      this.#endpoints.drop(change.tenantId);
+      // A tenant deleted with its sources publishes one change for the tenant, none per source.
+      this.#sources.clear();
+    } else if (change.kind === 'endpoint') this.#endpoints.drop(change.tenantId);
+    else this.#sources.drop(change.id);
   }
 
   tenant(tenantId: string): Promise<Tenant | undefined> {
-    return this.#cached(this.#tenants, tenantId, () => this.#store.getTenant(tenantId));
+    return this.#tenants.get(tenantId, () => this.#store.getTenant(tenantId));
   }
 
   endpoints(tenantId: string): Promise<Endpoint[]> {
-    return this.#cached(this.#endpoints, tenantId, () => this.#store.listEndpoints(tenantId));
+    return this.#endpoints.get(tenantId, () => this.#store.listEndpoints(tenantId));
   }
 
   get(sourceId: string): Promise<Source | undefined> {
-    return this.#cached(this.#sources, sourceId, () => this.#store.getSource(sourceId));
+    return this.#sources.get(sourceId, () => this.#store.getSource(sourceId));
   }
 
-  /** The fresh cached value, or a load from the store (cached with the time it was read). */
-  async #cached<T>(map: Map<string, Entry<T>>, key: string, load: () => Promise<T>): Promise<T> {
-    const e = map.get(key);
-    if (this.#fresh(e)) return e.value;
-    const value = await load();
-    map.set(key, { value, at: Date.now() });
-    return value;
+  /** Entries held (tenants, endpoint lists and sources together). */
+  get size(): number {
+    return this.#tenants.size + this.#endpoints.size + this.#sources.size;
   }
 
   async close(): Promise<void> {
@@ -260,11 +511,15 @@ export class ConfigCache implements SourceDirectory {
   }
 }
 
-/** `*` matches all; `order.*` matches `order.created` (and deeper: `order.item.added`); else exact. */
+/**
+ * `*` matches all; `order.*` matches `order.created` (and deeper: `order.item.added`); `orders/*`
+ * matches `orders/create` (Shopify topics); else exact. The separator before `*` must match too:
+ * `orders.*` does not match `orders/create`.
+ */
 export function matchesEventType(patterns: readonly string[], type: string): boolean {
   for (const p of patterns) {
     if (p === '*' || p === type) return true;
-    if (p.endsWith('.*') && type.startsWith(p.slice(0, -1))) return true;
+    if ((p.endsWith('.*') || p.endsWith('/*')) && type.startsWith(p.slice(0, -1))) return true;
   }
   return false;
 }

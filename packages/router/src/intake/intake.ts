@@ -15,8 +15,9 @@ import {
 import type { Queue } from 'bullmq';
 import { type PipeCommands, type RouterCommands, withCommands } from '../commands/index.ts';
 import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from '../metrics.ts';
+import { ORDER_EVENT_TTL_MS, ORDER_TTL_MS } from '../ordering/store.ts';
+import { DEDUP_PER_BUCKET, dedupSlots, type Fingerprint, fingerprint } from '../records/fingerprints.ts';
 import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
-import { RECORD_TTL_S, recordMeta } from '../records/records.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
@@ -39,6 +40,8 @@ const FOREIGN_PENDING_WAIT_MS = 1500;
 /** A commit that has not finished by then answers 503 (the job may still land; the worker then marks the ids done). */
 const COMMIT_TIMEOUT_MS = 3000;
 const DONE = 'd';
+/** How long the intake queue node's replica count (ROLE) is trusted before it is asked again. */
+const REPLICA_COUNT_MS = 1000;
 
 export interface IntakeOptions {
   redis: RedisClient;
@@ -46,11 +49,16 @@ export interface IntakeOptions {
   logger: Logger;
   dedupWindowMs: number;
   groupCommitMs: number;
+  /** Replicas that must confirm a commit (Redis WAIT) before it is answered; 0 = none (config.redisWaitReplicas). */
+  waitReplicas?: number;
+  waitTimeoutMs?: number;
 }
 
 interface Pending {
   event: SpillwayEvent;
+  /** `<tenant>\0<id>`: in-process dedup of concurrent submits. */
   key: string;
+  fp: Fingerprint;
   resolve: (r: { id: string; duplicate: boolean }) => void;
   reject: (err: unknown) => void;
 }
@@ -72,6 +80,10 @@ export class DurableIntake implements Intake {
   readonly #queue: Queue;
   readonly #windowMs: number;
   readonly #groupMs: number;
+  readonly #waitReplicas: number;
+  readonly #waitTimeoutMs: number;
+  /** Replicas the intake queue's node had connected when last asked (ROLE), at most REPLICA_COUNT_MS ago. */
+  #replicaCount: { n: number; at: number } | undefined;
   readonly #inflight = new Map<string, Promise<{ id: string; duplicate: boolean }>>();
   #batch: Pending[] = [];
   #timer: NodeJS.Timeout | undefined;
@@ -85,12 +97,14 @@ export class DurableIntake implements Intake {
     this.#logger = opts.logger;
     this.#windowMs = opts.dedupWindowMs;
     this.#groupMs = opts.groupCommitMs;
+    this.#waitReplicas = opts.waitReplicas ?? 0;
+    this.#waitTimeoutMs = opts.waitTimeoutMs ?? 100;
     this.#queue = createQueue(opts.redis, opts.keys, opts.keys.intakeQueue, opts.logger);
   }
 
   submit(event: SpillwayEvent): Promise<{ id: string; duplicate: boolean }> {
     if (this.#closed) return Promise.reject(errors.unavailable('intake is shutting down', { retryAfter: 1 }));
-    const key = this.#keys.dedup(event.tenantId, event.id);
+    const key = `${event.tenantId}\u0000${event.id}`;
     const first = this.#inflight.get(key);
     if (first) {
       // Same id already on its way in this process: the answer is "duplicate" once the first is
@@ -107,7 +121,7 @@ export class DurableIntake implements Intake {
       );
     }
     const p = new Promise<{ id: string; duplicate: boolean }>((resolve, reject) => {
-      this.#batch.push({ event, key, resolve, reject });
+      this.#batch.push({ event, key, fp: fingerprint(event.id), resolve, reject });
     });
     p.then(
       (r) => intakeEventsTotal.inc({ result: r.duplicate ? 'duplicate' : 'accepted' }),
@@ -155,16 +169,19 @@ export class DurableIntake implements Intake {
           // One Lua call per tenant (its keys share one slot), all in one pipeline on standalone
           // Redis, one pipeline per tenant on a Redis Cluster.
           const groups = groupByTenant(batch, (p) => p.event.tenantId);
+          const { slot, back } = dedupSlots(this.#windowMs);
           const res = await pipelineByTag(
             this.#redis,
             groups,
             ([tenantId]) => tenantTag(tenantId),
-            (pipe, [, ps]) =>
+            (pipe, [tenantId, ps]) =>
               (pipe as unknown as PipeCommands).dedupReserve(
-                ps.length,
-                ...ps.map((p) => p.key),
+                this.#keys.dedupBase(tenantId),
                 marker,
                 PENDING_TTL_MS,
+                slot,
+                back,
+                ...ps.flatMap((p) => [p.fp.dedup, p.fp.bucket]),
               ),
           );
           const foreign: Pending[] = [];
@@ -197,6 +214,16 @@ export class DurableIntake implements Intake {
           const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
           await this.#queue.add('batch', data, JOB_OPTS);
           added = true;
+          if (this.#waitReplicas > 0 && !(await this.#replicated())) {
+            // The job is on the master only: a failover now would lose it. Answer 503 and release
+            // the markers, so the provider's retry is accepted again (at worst delivered twice:
+            // the worker promotes the markers when it runs this job, which also makes the retry a
+            // duplicate if it comes later).
+            added = false;
+            throw errors.unavailable('the commit was not confirmed by a Redis replica in time', {
+              retryAfter: 1,
+            });
+          }
         })(),
         COMMIT_TIMEOUT_MS,
       );
@@ -214,24 +241,25 @@ export class DurableIntake implements Intake {
         for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
         reserved = [];
       }
-      for (const p of reserved) void this.#redis.dedupRelease(p.key, marker).catch(() => {});
+      for (const p of reserved) void this.#redis.dedupRelease(this.#pendingKey(p), marker).catch(() => {});
       for (const p of batch) p.reject(failure); // no-op for the ones already settled
       return;
     }
     if (reserved.length === 0) return;
-    // Durable. Before answering, promote the markers to the full window and write each event's
-    // record, so a GET right after the 202 finds the event (its deliveries appear at fan-out).
-    // Neither write owns anything: if they fail the answer is still 202, and the worker promotes
-    // the markers and writes the record (fanoutRecords) when it processes the job.
-    const promoted = await acceptEvents(
+    // Durable. Before answering, make the ids seen for the window. It owns nothing: if it fails the
+    // answer is still 202, and the worker promotes them (promoteDedup) when it processes the job.
+    const promoted = await promoteDedup(
       this.#redis,
       this.#keys,
       reserved.map((p) => ({
         tenantId: p.event.tenantId,
-        eventId: p.event.id,
-        meta: recordMeta(p.event.id, p.event.type, p.event.receivedAt),
+        fp: p.fp,
+        ...(p.event.orderingKey === undefined
+          ? {}
+          : { order: { eventId: p.event.id, key: p.event.orderingKey } }),
       })),
       this.#windowMs,
+      false,
     );
     const promoteErr = firstError(promoted);
     if (promoteErr) this.#logger.warn({ err: promoteErr }, 'dedup promote failed; worker will promote');
@@ -241,13 +269,46 @@ export class DurableIntake implements Intake {
     for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
   }
 
+  /**
+   * Whether the intake queue's node has this commit on enough replicas: WAIT on that node's
+   * connection (the pipeline's key routes it there on a cluster, like BullMQ's add) for
+   * min(SPILLWAY_REDIS_WAIT_REPLICAS, replicas connected now). With none connected (a replica died,
+   * or a failover promoted one that has none yet) there is nothing to wait for: the commit is
+   * answered as on a standalone Redis, with one warning per such period, rather than 503s for as
+   * long as the node has no replica — a 503 that a provider does not retry loses the event for good.
+   */
+  async #replicated(): Promise<boolean> {
+    const key = this.#keys.intakeQueueKey;
+    const now = Date.now();
+    if (!this.#replicaCount || now - this.#replicaCount.at >= REPLICA_COUNT_MS) {
+      const res = await this.#redis.pipeline().exists(key).call('ROLE').exec();
+      const [err, role] = res?.[1] ?? [new Error('pipeline aborted'), null];
+      if (err) throw err;
+      const r = role as [string, unknown, unknown[]?];
+      const n = r[0] === 'master' && Array.isArray(r[2]) ? r[2].length : 0;
+      if (n === 0 && this.#replicaCount?.n !== 0)
+        this.#logger.warn(
+          'the intake queue’s Redis node has no replica connected: group commits are not replicated until one is (SPILLWAY_REDIS_WAIT_REPLICAS)',
+        );
+      this.#replicaCount = { n, at: now };
+    }
+    const want = Math.min(this.#waitReplicas, this.#replicaCount.n);
+    if (want === 0) return true;
+    const res = await this.#redis.pipeline().exists(key).call('WAIT', want, this.#waitTimeoutMs).exec();
+    const [err, acked] = res?.[1] ?? [new Error('pipeline aborted'), 0];
+    if (err) throw err;
+    if (Number(acked) >= want) return true;
+    this.#replicaCount = undefined; // look again: the replica may be gone
+    return false;
+  }
+
   /** Another process holds a pending marker for this id: wait for it to become done (duplicate) or give up with 503. */
   async #awaitForeign(p: Pending): Promise<void> {
     const deadline = Date.now() + FOREIGN_PENDING_WAIT_MS;
     try {
       while (Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 50));
-        const v = await this.#redis.get(p.key);
+        const v = await this.#redis.get(this.#pendingKey(p));
         if (v === DONE) return p.resolve({ id: p.event.id, duplicate: true });
         if (v === null) break;
       }
@@ -255,6 +316,10 @@ export class DurableIntake implements Intake {
       // fall through to 503
     }
     p.reject(errors.unavailable('the same event id is being accepted elsewhere; retry', { retryAfter: 1 }));
+  }
+
+  #pendingKey(p: Pending): string {
+    return `${this.#keys.dedupBase(p.event.tenantId)}:p:${p.fp.dedup}`;
   }
 
   async close(): Promise<void> {
@@ -265,79 +330,50 @@ export class DurableIntake implements Intake {
   }
 }
 
-/** One event of an intake job at fan-out: its meta and the endpoints it goes to. */
-export interface FannedOutEvent {
+/** An id to make seen: its tenant and fingerprint (and, at acceptance, its orderingKey). */
+export interface SeenId {
   tenantId: string;
-  eventId: string;
-  /** Record meta JSON (recordMeta). */
-  meta: string;
-  endpointIds: readonly string[];
+  fp: Fingerprint;
+  order?: { eventId: string; key: string };
 }
 
 /**
- * At fan-out, one Lua call per tenant (`commands/events-fanout-2n.lua`, pipelined): each event is
- * made sure of as accepted (dedup marker done, record meta — covers an intake whose promote was
- * lost after a durable add) and gets a pending record per endpoint unless it has one. Best-effort
- * like every record write: it owns nothing.
+ * Makes ids seen for the dedup window (`commands/dedup-promote-1.lua`): ONE Lua call per tenant,
+ * one pipeline on standalone Redis. The intake promotes the ids it reserved (`check` false); the
+ * worker promotes again at fan-out (`check` true: appended only if not seen yet), which covers an
+ * intake whose promote was lost after its job was durable. At acceptance, events with an
+ * orderingKey also get their sequence number within (tenant, key) in the same pipeline
+ * (`commands/ord-accept-2n.lua`): acceptance order is the order of these calls, and the 202 goes
+ * only after it. Returns pipelineByTag's per-tenant results.
  */
-export async function fanoutRecords(
+export async function promoteDedup(
   redis: RedisClient,
   keys: Keys,
-  events: readonly FannedOutEvent[],
+  ids: readonly SeenId[],
   windowMs: number,
-): Promise<void> {
-  const r = withCommands(redis);
-  const res = await pipelineByTag(
-    r,
-    groupByTenant(events, (e) => e.tenantId),
-    ([tenantId]) => tenantTag(tenantId),
-    (pipe, [tenantId, evs]) => {
-      const ks: string[] = [];
-      const args: (string | number)[] = [windowMs, RECORD_TTL_S];
-      for (const e of evs) {
-        ks.push(keys.dedup(tenantId, e.eventId), keys.event(tenantId, e.eventId));
-        args.push(e.meta, JSON.stringify(e.endpointIds));
-      }
-      (pipe as unknown as PipeCommands).eventsFanout(ks.length, ...ks, ...args);
-    },
-  );
-  const err = firstError(res);
-  if (err) throw err;
-}
-
-/** One event made durable: its dedup marker is promoted and its record (meta) created. */
-export interface AcceptedEvent {
-  tenantId: string;
-  eventId: string;
-  /** Record meta JSON (recordMeta). */
-  meta: string;
-}
-
-/**
- * Promotes the dedup markers of durable events to "done" for the window and creates their records
- * (`commands/events-accept-2n.lua`): ONE Lua call per tenant, one pipeline on standalone Redis.
- * Idempotent (HSETNX). The per-endpoint pending records are the worker's, written at fan-out.
- * Returns pipelineByTag's per-tenant results.
- */
-export async function acceptEvents(
-  redis: RedisClient,
-  keys: Keys,
-  events: readonly AcceptedEvent[],
-  windowMs: number,
+  check: boolean,
 ): Promise<PipeResult[][]> {
   const r = withCommands(redis);
+  const { slot, back, ttlMs } = dedupSlots(windowMs);
   return pipelineByTag(
     r,
-    groupByTenant(events, (e) => e.tenantId),
+    groupByTenant(ids, (e) => e.tenantId),
     ([tenantId]) => tenantTag(tenantId),
     (pipe, [tenantId, evs]) => {
-      const ks: string[] = [];
-      const args: (string | number)[] = [windowMs, RECORD_TTL_S];
-      for (const e of evs) {
-        ks.push(keys.dedup(tenantId, e.eventId), keys.event(tenantId, e.eventId));
-        args.push(e.meta);
-      }
-      (pipe as unknown as PipeCommands).eventsAccept(ks.length, ...ks, ...args);
+      (pipe as unknown as PipeCommands).dedupPromote(
+        keys.dedupBase(tenantId),
+        ttlMs,
+        slot,
+        back,
+        DEDUP_PER_BUCKET,
+        check ? 1 : 0,
+        ...evs.flatMap((e) => [e.fp.dedup, e.fp.bucket]),
+      );
+      const keyed = evs.flatMap((e) =>
+        e.order ? [keys.orderEvent(tenantId, e.order.eventId), keys.orderKey(tenantId, e.order.key)] : [],
+      );
+      if (keyed.length > 0)
+        (pipe as unknown as PipeCommands).ordAccept(keyed.length, ...keyed, ORDER_TTL_MS, ORDER_EVENT_TTL_MS);
     },
   );
 }
@@ -364,7 +400,12 @@ export function createIntake(rt: {
   redis: RedisClient;
   keys: Keys;
   logger: Logger;
-  config: { dedupWindowMs: number; groupCommitMs: number };
+  config: {
+    dedupWindowMs: number;
+    groupCommitMs: number;
+    redisWaitReplicas?: number;
+    redisWaitTimeoutMs?: number;
+  };
 }): DurableIntake {
   return new DurableIntake({
     redis: rt.redis,
@@ -372,5 +413,7 @@ export function createIntake(rt: {
     logger: rt.logger,
     dedupWindowMs: rt.config.dedupWindowMs,
     groupCommitMs: rt.config.groupCommitMs,
+    waitReplicas: rt.config.redisWaitReplicas ?? 0,
+    waitTimeoutMs: rt.config.redisWaitTimeoutMs ?? 100,
   });
 }

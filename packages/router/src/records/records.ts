@@ -1,109 +1,58 @@
-import {
-  type DeliveryRecord,
-  type DlqEntry,
-  type Keys,
-  ListWriter,
-  type Logger,
-  type RedisClient,
-} from '@spillway/shared';
-import type { EventView } from '../admin/services.ts';
+import type { DlqEntry, Keys, RedisClient } from '@spillway/shared';
+import { withCommands } from '../commands/index.ts';
 import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
-import { firstError, hashTag, pipelineByTag } from './pipeline.ts';
 
 /**
- * Delivery records: one hash per event, `keys.event(tenantId, eventId)`:
- *   meta          {"id","type","receivedAt"}
- *   ep:<endpoint> DeliveryRecord JSON (pending at fan-out, `commands/events-fanout-2n.lua`;
- *                 rewritten after every attempt)
- * They are what GET /v1/tenants/:tid/events/:eid shows. They are NOT the durable owner of anything
- * (tasks are owned by jobs/offsets), so writes are batched and best-effort.
+ * The DLQ: one Redis list per tenant, `keys.dlq(tenantId)`, of DlqItem JSON (what the API shows
+ * plus the task, body included, so a replay needs nothing else). Event records and attempts are
+ * the history's (../history/, docs/storage.md).
  */
-export const RECORD_TTL_S = 7 * 24 * 3600;
-
-/** The `meta` field of an event's record (written by the intake at accept, and again by the worker if missing). */
-export function recordMeta(eventId: string, type: string, receivedAt: number): string {
-  return JSON.stringify({ id: eventId, type, receivedAt });
-}
-const FLUSH_MS = 5;
-
-/** One attempt's record (the pending ones are written at fan-out: intake's fanoutRecords). */
-type Write = { key: string; field: string; value: string };
-
-export class RecordWriter {
-  readonly #redis: RedisClient;
-  readonly #keys: Keys;
-  readonly #logger: Logger;
-  readonly #writer = new ListWriter<Write>({ flushMs: FLUSH_MS, write: (buf) => this.#write(buf) });
-
-  constructor(redis: RedisClient, keys: Keys, logger: Logger) {
-    this.#redis = redis;
-    this.#keys = keys;
-    this.#logger = logger;
-  }
-
-  attempt(task: DeliveryTask, rec: DeliveryRecord): void {
-    this.#push({
-      key: this.#keys.event(task.tenantId, task.eventId),
-      field: `ep:${task.endpointId}`,
-      value: JSON.stringify(rec),
-    });
-  }
-
-  #push(w: Write): void {
-    this.#writer.add(w);
-  }
-
-  /** Writes what is buffered; resolves once every write started so far has ended. */
-  flush(): Promise<void> {
-    return this.#writer.flush();
-  }
-
-  /** Per tenant (slot) on a Redis Cluster; one pipeline on standalone Redis. */
-  async #write(buf: Write[]): Promise<void> {
-    // Only the last record of one delivery in a flush matters (HSET overwrites).
-    const last = new Map<string, Write>();
-    for (const w of buf) last.set(`${w.key}\u0000${w.field}`, w);
-    const res = await pipelineByTag(
-      this.#redis,
-      [...last.values()],
-      (w) => hashTag(w.key),
-      (pipe, w) => pipe.hset(w.key, w.field, w.value),
-    );
-    const err = firstError(res);
-    if (err) this.#logger.warn({ err, writes: buf.length }, 'delivery record write failed');
-  }
-}
-
-export async function readEvent(
-  redis: RedisClient,
-  keys: Keys,
-  tenantId: string,
-  eventId: string,
-): Promise<EventView | undefined> {
-  const all = await redis.hgetall(keys.event(tenantId, eventId));
-  if (!all.meta) return undefined;
-  const meta = JSON.parse(all.meta) as { id: string; type: string; receivedAt: number };
-  const deliveries = Object.entries(all)
-    .filter(([k]) => k.startsWith('ep:'))
-    .map(([, v]) => JSON.parse(v) as DeliveryRecord)
-    .sort((a, b) => a.endpointId.localeCompare(b.endpointId));
-  return { id: meta.id, type: meta.type, receivedAt: new Date(meta.receivedAt).toISOString(), deliveries };
-}
 
 /** One DLQ list element: what the API shows plus the task, so replay needs nothing else. */
 export interface DlqItem extends DlqEntry {
   task: WireTask;
 }
 
-/** Durable hand-off of a task to the DLQ (the caller keeps the task until this resolves). */
+/**
+ * Durable hand-off of a task to the DLQ (the caller keeps the task until this resolves). Resolves
+ * with the list's length, or -1 when the list is at `cap` and nothing was written: the caller has
+ * the oldest entries archived (dlq-archive.ts) and tries again, so the list never holds more than
+ * the cap, not even for a moment (docs/storage.md). Without `cap`, no bound (tests, tools).
+ */
 export async function pushDlq(
   redis: RedisClient,
   keys: Keys,
   task: DeliveryTask,
   entry: DlqEntry,
-): Promise<void> {
+  cap?: number,
+): Promise<number> {
   const item: DlqItem = { ...entry, task: { ...taskToWire(task), a: 1 } };
-  await redis.rpush(keys.dlq(task.tenantId), JSON.stringify(item));
+  const raw = JSON.stringify(item);
+  if (cap === undefined) return redis.rpush(keys.dlq(task.tenantId), raw);
+  return Number(await withCommands(redis).dlqPush(keys.dlq(task.tenantId), cap, raw));
+}
+
+/**
+ * A page of the DLQ, oldest first: entries from list index `from`, at most `limit` (matching the
+ * endpoint, if given), and the index to go on from when there are more.
+ */
+export async function pageDlq(
+  redis: RedisClient,
+  keys: Keys,
+  tenantId: string,
+  opts: { endpointId?: string; from: number; limit: number },
+): Promise<{ items: DlqItem[]; next?: number }> {
+  const items: DlqItem[] = [];
+  for (let start = opts.from; ; start += 500) {
+    const page = await redis.lrange(keys.dlq(tenantId), start, start + 499);
+    for (let k = 0; k < page.length; k++) {
+      const item = JSON.parse(page[k]!) as DlqItem;
+      if (opts.endpointId !== undefined && item.endpointId !== opts.endpointId) continue;
+      items.push(item);
+      if (items.length >= opts.limit) return { items, next: start + k + 1 };
+    }
+    if (page.length < 500) return { items };
+  }
 }
 
 export async function readDlq(

@@ -1,16 +1,18 @@
+import { readFileSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { LeasedLimiter } from '@spillway/delivery';
 import {
   createIngestServer,
   createPipeline,
   createRedisReplayGuard,
-  createSourceCache,
   type IngestPipeline,
   type IngestServer,
   registerKernelDropMetrics,
 } from '@spillway/ingest';
-import { createRedis, type Logger, registry, type Source } from '@spillway/shared';
+import { type Config, createRedis, errors, type Logger, registry, type Source } from '@spillway/shared';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { createIntake } from '../intake/intake.ts';
+import { type EdgeHandle, startEdge } from './edge.ts';
 import type { RoleContext, RoleHandle } from './roles.ts';
 
 /**
@@ -79,18 +81,46 @@ function routeCapsSync(
   };
 }
 
-export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
+/**
+ * The certificate and key SPILLWAY_TLS_CERT/SPILLWAY_TLS_KEY name, read and checked to load
+ * together; a problem is one line naming the variable.
+ */
+export function readTlsFiles(paths: NonNullable<Config['tls']>): { cert: Buffer; key: Buffer } {
+  const read = (path: string, name: string) => {
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw errors.config(`${name}: cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? err})`);
+    }
+  };
+  const creds = {
+    cert: read(paths.certPath, 'SPILLWAY_TLS_CERT'),
+    key: read(paths.keyPath, 'SPILLWAY_TLS_KEY'),
+  };
+  try {
+    createSecureContext(creds);
+  } catch (err) {
+    throw errors.config(
+      `SPILLWAY_TLS_CERT/SPILLWAY_TLS_KEY: ${paths.certPath} and ${paths.keyPath} do not load as a PEM certificate and its key (${(err as Error).message})`,
+    );
+  }
+  return creds;
+}
+
+export async function startIngest({ rt, inherited }: RoleContext): Promise<RoleHandle> {
   const logger = rt.logger.child({ pkg: 'ingest' });
-  const store = new ConfigStore(rt.redis, rt.keys);
-  const sources = createSourceCache({ load: (id) => store.getSource(id) });
-  // Used only for its subscription: its own maps stay empty (nothing here reads through it).
+  const store = new ConfigStore(rt.redis, rt.keys, rt.secrets);
+  // The pipeline looks sources up through the one config cache (bounded: the ids come from strangers).
   const cache = new ConfigCache(store);
   let routeCaps: ReturnType<typeof routeCapsSync> | undefined;
+  let edge: EdgeHandle | undefined;
   cache.onChange((c) => {
-    if (c.kind === 'source') sources.invalidate(c.id);
-    else if (c.kind === 'tenant') sources.clear();
     // A tenant deletion removes its sources without a message per source.
-    if (c.kind !== 'endpoint') void routeCaps?.refresh();
+    if (c.kind !== 'endpoint') {
+      void routeCaps?.refresh();
+      // Sources' allowCidrs are part of the XDP allowlist.
+      edge?.sourcesChanged();
+    }
   });
   // Pub/sub needs a connection of its own.
   const sub = createRedis(rt.config.redis);
@@ -99,7 +129,10 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   // Fail open to a local bucket while Redis is unreachable: the intake answers 503 itself then, and
   // refusing on the limiter as well would only turn a Redis blip into 429s.
   const limiter = new LeasedLimiter({ redis: rt.redis, logger, failPolicy: 'open' });
+  let onHup: (() => void) | undefined;
   const closeAll = async () => {
+    if (onHup) process.off('SIGHUP', onHup);
+    edge?.stop();
     routeCaps?.stop();
     await intake.close().catch(() => {});
     await limiter.close().catch(() => {});
@@ -108,7 +141,7 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
   try {
     await cache.subscribe(sub, rt.keys, logger);
     const pipeline = createPipeline({
-      sources,
+      sources: cache,
       intake,
       limiter,
       keys: rt.keys,
@@ -117,12 +150,34 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
       // github/shopify ids are outside the HMAC: a signed body is also deduplicated on its hash.
       replayGuard: createRedisReplayGuard(rt.redis, rt.keys, rt.config.dedupWindowMs),
     });
+    const tlsPaths = rt.config.tls;
     const server = await createIngestServer(
       rt.config.ingestBackend,
-      // SO_REUSEPORT: several ingest processes may share the port (the kernel spreads connections).
-      { handler: pipeline, port: rt.config.ingestPort, host: rt.config.host, reusePort: true },
+      {
+        handler: pipeline,
+        port: rt.config.ingestPort,
+        host: rt.config.host,
+        // SO_REUSEPORT: several ingest processes may share the port (the kernel spreads connections).
+        reusePort: true,
+        ...(tlsPaths && { tls: readTlsFiles(tlsPaths) }),
+        // A restart's successor serves the socket its predecessor listened on.
+        ...(inherited?.ingestFd !== undefined && { listenFd: inherited.ingestFd }),
+      },
       logger,
     );
+    if (tlsPaths) {
+      // SIGHUP: re-read the certificate and key; new handshakes use them, connections up keep theirs.
+      // A pair that does not load is logged (and counted by the server) and the previous one stays.
+      onHup = () => {
+        try {
+          server.setTlsCredentials?.(() => readTlsFiles(tlsPaths));
+          logger.info({ cert: tlsPaths.certPath }, 'ingest: TLS certificate reloaded');
+        } catch (err) {
+          logger.error({ err }, 'ingest: TLS certificate reload failed; keeping the previous one');
+        }
+      };
+      process.on('SIGHUP', onHup);
+    }
     // Before listen, so the first request already meets its source's cap in the backend.
     routeCaps = routeCapsSync(server, pipeline, () => store.listAllSources(), logger);
     await routeCaps.refresh();
@@ -132,13 +187,18 @@ export async function startIngest({ rt }: RoleContext): Promise<RoleHandle> {
     // edge attached (or without root) they stay at zero and the edge says why once. Once per
     // process: tests run several roles in one process against one registry.
     if (!registry.getSingleMetric('spillway_kernel_drops_total')) registerKernelDropMetrics(registry);
+    // SPILLWAY_EDGE=on: XDP allowlist + drop tracer, and the allowlist refresher; fails soft.
+    if (rt.config.edge.enabled) edge = await startEdge(rt.config, port, () => store.listAllSources(), logger);
     return {
       name: 'ingest',
       port,
-      async close() {
-        await server.close();
+      notes: edge ? [`edge: ${edge.note}`] : [],
+      async close(closeOpts) {
+        // In-flight requests are answered (each one durable first) before the intake closes.
+        await server.close(closeOpts);
         await closeAll();
       },
+      listenFd: () => server.listenFd?.(),
     };
   } catch (err) {
     await closeAll();

@@ -11,6 +11,8 @@ import {
   packageLogger,
   type RedisClient,
   retryDelayMs,
+  type SecretBox,
+  secretBoxOf,
   sleep,
 } from '@spillway/shared';
 import kafkajs, { Kafka, logLevel as kafkaLogLevel } from 'kafkajs';
@@ -26,6 +28,8 @@ export interface Runtime {
   /** Commands (not blocking). */
   readonly redis: RedisClient;
   readonly kafka: Kafka;
+  /** Seals and opens stored endpoint/source secrets (SPILLWAY_SECRET_KEY); the config store uses it. */
+  readonly secrets: SecretBox;
   /** Unique per process: names this worker's published counters. */
   readonly workerId: string;
   /** Closes the shared connections (roles close their own first). */
@@ -36,8 +40,13 @@ export function createRuntime(
   config: Readonly<Config>,
   root: Logger = createLogger(config.logLevel),
 ): Runtime {
+  const { box: secrets, encrypted } = secretBoxOf(config);
   // The router's logs carry pkg=router; packages handed this logger take their own child (packageLogger).
   const logger = packageLogger(root, 'router');
+  if (!encrypted)
+    logger.warn(
+      'SPILLWAY_SECRET_KEY is not set: endpoint and source secrets are stored unencrypted in Redis (set it to 32 bytes as hex or base64 to encrypt them)',
+    );
   const keys = createKeys(config.prefix);
   const redis = createRedis(config.redis, { maxRetriesPerRequest: 2 });
   redis.on('error', (err: Error) => logger.warn({ err }, 'redis connection error'));
@@ -54,6 +63,7 @@ export function createRuntime(
     logger,
     redis,
     kafka,
+    secrets,
     workerId,
     async close() {
       redis.disconnect();
@@ -80,6 +90,16 @@ export async function checkRedis(rt: Runtime): Promise<void> {
     throw errors.config(
       `SPILLWAY_REDIS_URL: Redis maxmemory-policy is ${policy[1]}; set it to noeviction (queued events must never be evicted)`,
     );
+  }
+  if (rt.config.redisWaitReplicas > 0) {
+    // The node of the intake queue's slot is the one whose replicas each commit waits for.
+    const key = rt.keys.intakeQueueKey;
+    const res = await rt.redis.pipeline().exists(key).info('replication').exec();
+    const replicas = Number(/connected_slaves:(\d+)/.exec(String(res?.[1]?.[1] ?? ''))?.[1] ?? 0);
+    if (replicas < rt.config.redisWaitReplicas)
+      rt.logger.warn(
+        `SPILLWAY_REDIS_WAIT_REPLICAS is ${rt.config.redisWaitReplicas} but the intake queue's Redis node has ${replicas} replicas: group commits are not replicated (nothing to wait for) until one is connected`,
+      );
   }
   const aof = (await rt.redis.config('GET', 'appendonly')) as string[];
   if (aof[1] !== 'yes') {

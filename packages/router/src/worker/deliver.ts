@@ -1,8 +1,16 @@
-import { type AttemptOutcome, Dispatcher, nextRetryDelay } from '@spillway/delivery';
-import type { Endpoint, Keys, Logger, RedisClient, Tenant } from '@spillway/shared';
+import {
+  type AttemptOutcome,
+  batchElementBytes,
+  Dispatcher,
+  nextRetryDelay,
+  retrySchedule,
+} from '@spillway/delivery';
+import type { Endpoint, Keys, Logger, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
 import type { DeliveryTask } from './fanout.ts';
 
 export type { AttemptOutcome };
+/** An endpoint's retry policy against the default schedule (delivery's; used by settle.ts). */
+export { retrySchedule };
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
 
@@ -21,17 +29,30 @@ export interface DeliveryPort {
     endpoint: Endpoint,
     opts?: { rated?: boolean },
   ): Promise<AttemptOutcome>;
+  /**
+   * One request carrying several tasks of one endpoint (its `batch` policy): one slot, one token
+   * per task (unless `opts.rated`); the outcome is the whole batch's.
+   */
+  dispatchBatch(
+    tasks: readonly DeliveryTask[],
+    tenant: Tenant,
+    endpoint: Endpoint,
+    opts?: { rated?: boolean },
+  ): Promise<AttemptOutcome>;
+  /** What one event adds to a batch's body (a batch closes before it passes maxBytes). */
+  batchElementBytes(event: SpillwayEvent): number;
   /** Whether the tenant or endpoint has a rate (tasks then take tokens before they take a slot). */
   rated(tenant: Tenant, endpoint: Endpoint): boolean;
   /** Waits for the task's rate tokens; undefined when taken, else the outcome that ends the attempt. */
   rate(task: DeliveryTask, tenant: Tenant, endpoint: Endpoint): Promise<AttemptOutcome | undefined>;
   /** Requests open for the tenant on this worker now. */
   inFlight(tenantId: string): number;
-  /** Delay before the next attempt, or undefined when the schedule is exhausted (→ DLQ). */
+  /** Delay before the next attempt, or undefined when the schedule (or `maxAttempts`) is exhausted (→ DLQ). */
   nextRetryDelay(
     scheduleMs: readonly number[],
     attemptsMade: number,
     retryAfterMs?: number,
+    maxAttempts?: number,
   ): number | undefined;
   breakerState(tenantId: string, endpointId: string): BreakerState;
   close(): Promise<void>;
@@ -54,11 +75,13 @@ export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<Del
   });
   return {
     dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),
+    dispatchBatch: (tasks, tenant, endpoint, o) => d.dispatchBatch(tasks, tenant, endpoint, o),
+    batchElementBytes,
     rated: (tenant, endpoint) => d.rated(tenant, endpoint),
     rate: (task, tenant, endpoint) => d.rate(task, tenant, endpoint),
     inFlight: (tid) => d.inFlight(tid),
-    nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs) =>
-      nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs),
+    nextRetryDelay: (scheduleMs, attemptsMade, retryAfterMs, maxAttempts) =>
+      nextRetryDelay(scheduleMs, attemptsMade, retryAfterMs, Math.random, maxAttempts),
     breakerState: (tid, eid) => d.breakerState(tid, eid),
     close: () => d.close(),
   };

@@ -1,12 +1,30 @@
-import type { Endpoint, Logger, Tenant } from '@spillway/shared';
+import { type BatchPolicy, type Endpoint, type Logger, retryForever, type Tenant } from '@spillway/shared';
 import type { ConfigCache, ConfigStore } from '../config/store.ts';
 import { addGaugeSource } from '../metrics.ts';
 import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
 import type { AttemptOutcome, DeliveryPort } from './deliver.ts';
-import type { DeliveryTask } from './fanout.ts';
+import { type DeliveryTask, staleTask } from './fanout.ts';
 import { type Held, JobOwner, Lane, type Owner, TICK_MS } from './lanes.ts';
 import type { LocalCounts, Settler } from './settle.ts';
+
+/** The ordered store as the engine sees it (ordering/store.ts). */
+export interface OrderedIntake {
+  /** A task of an ordered endpoint that did not come from it: to the tail of its key. */
+  enqueue(task: DeliveryTask): Promise<void>;
+  /** A leased task leaving memory unfinished: the store keeps it, looked at again after `delayMs`. */
+  release(task: DeliveryTask, delayMs: number): Promise<void>;
+}
+
+/** A leased ordered task that cannot stay in memory is looked at again this much later. */
+const ORDERED_RELEASE_MS = 1000;
+
+/**
+ * Where a task that cannot run here goes: discarded (its tenant or endpoint was deleted, or it was
+ * made for an earlier incarnation of the endpoint's id: `stale`, counted as `endpoint_deleted`),
+ * the DLQ (endpoint disabled), or the spill log.
+ */
+type Fate = 'tenant_deleted' | 'endpoint_deleted' | 'stale' | 'endpoint_disabled' | 'spill';
 
 /** A tenant's config as this worker last loaded it. */
 export interface TenantView {
@@ -47,6 +65,13 @@ const REFRESH_MS = 500;
 export const JOB_SHARE = 32;
 /** Default Engine maxTasks. */
 const MAX_TASKS = 10_000;
+/**
+ * Jobs are taken apart while the tasks in memory stay below about CLAIM_S of this worker's measured
+ * delivery rate (at least CLAIM_MIN, at most maxTasks): a worker takes intake and retry work as
+ * fast as it delivers it, so an ordinary preload waits in its jobs, not in the spill log.
+ */
+const CLAIM_S = 1;
+const CLAIM_MIN = 2048;
 /** The drainer is woken at most this often (every settle frees room; waking it per settle would spin it). */
 const WAKE_MS = 5;
 
@@ -63,6 +88,10 @@ const WAKE_MS = 5;
  *   lane has room and a credit        → lane queue → delivery;
  *   lane full but delivering          → waits (job tasks only; the job is claimed because memory had room);
  *   lane full and stalled             → spill log.
+ * A batched endpoint's tasks wait in its open batch, which takes one slot when it closes (#pump).
+ * A task of a per-key ordered endpoint that did not come from the ordered store goes to the tail
+ * of its key there; tasks the store leases (`task.seq`) go through the lanes with the store as
+ * their owner, and "spill" means handing them back to it (ordering/store.ts).
  */
 export class Engine {
   readonly credits: Credits;
@@ -70,7 +99,8 @@ export class Engine {
   readonly #views = new Map<string, TenantView>();
   readonly #lanes = new Map<string, Lane>();
   readonly #wakers = new Set<() => void>();
-  readonly #roomWaiters: (() => void)[] = [];
+  /** Jobs waiting for room (Engine#room), first come first served. */
+  readonly #roomWaiters: { n: number; resolve: () => void }[] = [];
   readonly #maxTasks: number;
   readonly #jobShare: number;
   readonly #timer: NodeJS.Timeout;
@@ -78,11 +108,14 @@ export class Engine {
   readonly #ungauge: () => void;
   #tasks = 0;
   #reserved = 0;
+  /** Deliveries per second of every lane together (sum of the lanes' EWMA rates). */
+  #deliveryRate = 0;
   #wakeTimer: NodeJS.Timeout | undefined;
   #lastRefresh = 0;
   #closed = false;
   /** Shutting down: nothing new is dispatched, nothing new admitted (Engine#handOff). */
   #leaving = false;
+  #ordered: OrderedIntake | undefined;
 
   constructor(deps: EngineDeps) {
     this.#d = deps;
@@ -97,6 +130,11 @@ export class Engine {
     this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
     this.#timer = setInterval(() => this.#tick(), TICK_MS);
     this.#timer.unref();
+  }
+
+  /** The worker's ordered store (it needs the engine, so it is set after). */
+  setOrdered(o: OrderedIntake): void {
+    this.#ordered = o;
   }
 
   // --- config --------------------------------------------------------------------------------
@@ -164,14 +202,36 @@ export class Engine {
    * with `unreserve(n)` if the job fails first — so jobs claimed at the same moment cannot all
    * pass one check together.
    */
-  async room(n: number): Promise<void> {
-    while (
-      !this.#closed &&
-      this.#tasks + this.#reserved > 0 &&
-      this.#tasks + this.#reserved + n > this.#maxTasks
-    )
-      await new Promise<void>((r) => this.#roomWaiters.push(r));
-    this.#reserved += n;
+  room(n: number): Promise<void> {
+    if (this.#roomWaiters.length === 0 && this.#fits(n)) {
+      this.#reserved += n;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => this.#roomWaiters.push({ n, resolve }));
+  }
+
+  /** Whether `n` more tasks fit now (one job is always let in when nothing is held). */
+  #fits(n: number): boolean {
+    return (
+      this.#closed ||
+      this.#tasks + this.#reserved === 0 ||
+      this.#tasks + this.#reserved + n <= this.#claimLimit()
+    );
+  }
+
+  /** Lets waiting jobs in, in the order they came, while they fit. */
+  #admitWaiters(): void {
+    const q = this.#roomWaiters;
+    while (q.length > 0 && this.#fits(q[0]!.n)) {
+      const w = q.shift()!;
+      this.#reserved += w.n;
+      w.resolve();
+    }
+  }
+
+  /** Tasks in memory (plus reserved) below which another job is taken apart. */
+  #claimLimit(): number {
+    return Math.min(this.#maxTasks, Math.max(CLAIM_MIN, Math.ceil(this.#deliveryRate * CLAIM_S)));
   }
 
   unreserve(n: number): void {
@@ -214,10 +274,10 @@ export class Engine {
    * From the drainer: the task is admitted (`owner.settle` is called once it has left memory), or
    * 'blocked' (nothing happened; the spill record keeps it). The tenant's view must be loaded.
    */
-  tryAdmit(task: DeliveryTask, owner: Owner): Admission {
+  tryAdmit(task: DeliveryTask, owner: Owner, from: 'drain' | 'ordered' = 'drain'): Admission {
     const h: Held = { task, owner };
     this.#tasks++;
-    const a = this.#offer(h, 'drain');
+    const a = this.#offer(h, from);
     if (a === 'blocked') this.#tasks--;
     return a;
   }
@@ -226,11 +286,30 @@ export class Engine {
    * Places a task that just arrived. 'blocked' = it cannot run now and the caller keeps it (a job
    * spills it, the drainer leaves it in Kafka). Anything else = it is in memory or on its way out.
    */
-  #offer(h: Held, from: 'job' | 'drain'): Admission {
+  #offer(h: Held, from: 'job' | 'drain' | 'ordered'): Admission {
     const { task } = h;
     const v = this.#views.get(task.tenantId);
     if (!v || this.#leaving) return 'blocked';
     const fate = this.#fate(v, task);
+    if (
+      (fate === 'run' || fate === 'blocked') &&
+      task.seq === undefined &&
+      this.#ordered &&
+      task.event.orderingKey !== undefined &&
+      v.endpoints.get(task.endpointId)?.ordering === 'per-key'
+    ) {
+      // A task of a per-key ordered endpoint that did not come from the ordered store (a replay
+      // from the DLQ, or one from before the endpoint was ordered): it joins the tail of its key.
+      const ordered = this.#ordered;
+      void retryForever(
+        () => ordered.enqueue(task),
+        (err) => void this.#d.logger.warn({ err, eventId: task.eventId }, 'ordered enqueue failed; retrying'),
+      ).then(() => {
+        h.owner.settle();
+        this.#released();
+      });
+      return 'admitted';
+    }
     if (fate === 'blocked') return 'blocked';
     if (fate !== 'run') {
       this.#divert(h, fate);
@@ -240,10 +319,11 @@ export class Engine {
     const lane = this.#lane(task.tenantId);
     const { concurrency, maxInFlight } = limits(tenant);
     // A stalled lane takes nothing more; the drainer also waits for the lane to want more (its
-    // look-ahead), while a claimed job's task only needs a credit.
+    // look-ahead), while a claimed job's task only needs a credit, as does a leased ordered task
+    // (one per key at most, and every key must be able to move).
     if (lane.stalled(Date.now())) return 'blocked';
     if (from === 'drain' && !lane.room(concurrency, maxInFlight)) return 'blocked';
-    if (!lane.pin(h.owner, this.#jobShare)) return 'blocked';
+    if (!lane.takesJobTask(h.owner, concurrency, maxInFlight, this.#jobShare)) return 'blocked';
     if (!this.credits.tryTake(lane.tenantId, maxInFlight, task.event.body)) {
       lane.unpin(h.owner);
       return 'blocked';
@@ -254,13 +334,12 @@ export class Engine {
   }
 
   /** What must happen to a task given its tenant's current config. */
-  #fate(
-    v: TenantView,
-    task: DeliveryTask,
-  ): 'run' | 'blocked' | 'tenant_deleted' | 'endpoint_deleted' | 'endpoint_disabled' {
+  #fate(v: TenantView, task: DeliveryTask): 'run' | 'blocked' | Exclude<Fate, 'spill'> {
     if (!v.tenant) return 'tenant_deleted';
     const ep = v.endpoints.get(task.endpointId);
     if (!ep) return 'endpoint_deleted';
+    // Made for an earlier incarnation of the id (deleted and created again): not the new owner's.
+    if (staleTask(task, ep)) return 'stale';
     if (ep.status === 'disabled') return 'endpoint_disabled';
     if (v.tenant.status === 'paused' || ep.status === 'paused') return 'blocked';
     // An open breaker refuses attempts: the task waits in the spill log, not in a retry job.
@@ -281,31 +360,124 @@ export class Engine {
    * Starts deliveries while the lane has free slots. A task whose tenant or endpoint has a rate
    * first waits for its tokens outside the slots (in `rating`), so one endpoint's rate never holds
    * back the tenant's other endpoints (invariant 5); with its tokens it joins `ready`, which goes
-   * before the queue.
+   * before the queue. A task of a batched endpoint (its `batch` policy) joins the endpoint's open
+   * batch instead of taking a slot; a batch takes one slot when it closes — full (maxEvents or
+   * maxBytes), or lingerMs after it opened (at once, with lingerMs 0, when nothing else waits) —
+   * and closed batches go first.
    */
   #pump(lane: Lane): void {
     const v = this.#views.get(lane.tenantId);
     const tenant = v?.tenant;
     if (!tenant || this.#leaving) return;
     const { concurrency } = limits(tenant);
-    while (lane.active < concurrency && (lane.ready.length > 0 || lane.queue.length > 0)) {
-      const fromReady = lane.ready.length > 0;
-      const h = fromReady ? lane.ready.shift()! : lane.queue.shift()!;
-      const ep = v.endpoints.get(h.task.endpointId);
-      if (!ep) {
-        // Deleted since it entered: recheck sorts it out.
+    for (;;) {
+      while (lane.active < concurrency) {
+        const due = lane.takeDue();
+        if (due) {
+          this.#startBatch(lane, due, tenant, v);
+          continue;
+        }
+        if (lane.ready.length === 0 && lane.queue.length === 0) break;
+        const fromReady = lane.ready.length > 0;
+        const h = fromReady ? lane.ready.shift()! : lane.queue.shift()!;
+        const ep = v.endpoints.get(h.task.endpointId);
+        if (!ep || staleTask(h.task, ep)) {
+          // Deleted (or deleted and created again) since it entered: recheck sorts it out.
+          this.#out(lane, h);
+          this.#divert(h, ep ? 'stale' : 'endpoint_deleted');
+          continue;
+        }
+        if (!fromReady && this.#d.delivery.rated(tenant, ep)) {
+          lane.rating++;
+          void this.#rate(lane, h, tenant, ep);
+          continue;
+        }
+        if (ep.batch) {
+          this.#batch(lane, h, ep.batch);
+          continue;
+        }
+        if (lane.active === 0) lane.lastProgress = Date.now();
+        lane.active++;
+        void this.#run(lane, h, tenant, ep, fromReady);
+      }
+      if (lane.active >= concurrency || lane.batches.size === 0) return;
+      // A slot is free and nothing else waits: batches that do not linger go as they are.
+      let closed = false;
+      for (const [id, b] of lane.batches)
+        if (b.lingerMs === 0) {
+          lane.closeBatch(id);
+          closed = true;
+        }
+      if (!closed) return;
+    }
+  }
+
+  /** Puts a task of a batched endpoint in its open batch; closes the batch when it is full. */
+  #batch(lane: Lane, h: Held, policy: BatchPolicy): void {
+    const id = h.task.endpointId;
+    const bytes = this.#d.delivery.batchElementBytes(h.task.event);
+    const open = lane.batches.get(id);
+    // One more would pass maxBytes: the open batch goes as it is (a single larger event goes alone).
+    if (open && open.bytes + bytes > policy.maxBytes) lane.closeBatch(id);
+    const b = lane.addToBatch(h, bytes, policy.lingerMs);
+    if (b.items.length >= policy.maxEvents || b.bytes >= policy.maxBytes) {
+      lane.closeBatch(id);
+      return;
+    }
+    if (b.items.length === 1 && policy.lingerMs > 0) {
+      // One timer per batch, not per task.
+      b.timer = setTimeout(() => {
+        if (lane.batches.get(id) !== b) return;
+        lane.closeBatch(id);
+        this.#pump(lane);
+      }, policy.lingerMs);
+      b.timer.unref();
+    }
+  }
+
+  #startBatch(lane: Lane, hs: Held[], tenant: Tenant, v: TenantView): void {
+    const ep = v.endpoints.get(hs[0]!.task.endpointId);
+    // Tasks of a deleted endpoint, or of an earlier incarnation of its id (deleted and created
+    // again since they joined the batch), leave it: discarded and counted.
+    const run: Held[] = [];
+    for (const h of hs) {
+      if (ep && !staleTask(h.task, ep)) run.push(h);
+      else {
         this.#out(lane, h);
-        this.#divert(h, 'endpoint_deleted');
-        continue;
+        this.#divert(h, ep ? 'stale' : 'endpoint_deleted');
       }
-      if (!fromReady && this.#d.delivery.rated(tenant, ep)) {
-        lane.rating++;
-        void this.#rate(lane, h, tenant, ep);
-        continue;
+    }
+    if (!ep || run.length === 0) return;
+    if (lane.active === 0) lane.lastProgress = Date.now();
+    lane.active++;
+    void this.#runBatch(lane, run, tenant, ep);
+  }
+
+  /**
+   * One request for the batch's tasks (their rate tokens were taken one per task before they
+   * joined it). Every task gets the batch's outcome: all delivered, all retried (the same delay
+   * for the same attempt number, so they come back together), or all dead-lettered, each with its
+   * own attempt count; then each gives back its credit and is settled with its own owner.
+   */
+  async #runBatch(lane: Lane, hs: Held[], tenant: Tenant, ep: Endpoint): Promise<void> {
+    const tasks = hs.map((h) => h.task);
+    let outcome: AttemptOutcome;
+    try {
+      outcome = await this.#d.delivery.dispatchBatch(tasks, tenant, ep, { rated: true });
+    } catch (err) {
+      outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
+    }
+    try {
+      await this.#d.settler.outcomes(tasks, outcome, ep);
+    } finally {
+      lane.active--;
+      lane.completed(Date.now(), outcome.kind === 'delivered' ? outcome.durationMs : undefined, hs.length);
+      for (const h of hs) {
+        this.#out(lane, h);
+        h.owner.settle();
       }
-      if (lane.active === 0) lane.lastProgress = Date.now();
-      lane.active++;
-      void this.#run(lane, h, tenant, ep, fromReady);
+      this.#released(hs.length);
+      this.#pump(lane);
     }
   }
 
@@ -314,7 +486,7 @@ export class Engine {
     lane.rating--;
     if (refused) {
       lane.active++;
-      await this.#settle(lane, h, refused);
+      await this.#settle(lane, h, refused, ep);
       return;
     }
     // Paused, disabled or deleted while it waited for tokens: it goes where recheck would send it.
@@ -334,13 +506,13 @@ export class Engine {
     } catch (err) {
       outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
     }
-    await this.#settle(lane, h, outcome);
+    await this.#settle(lane, h, outcome, ep);
   }
 
   /** The attempt is over: hand the task to its next owner, then free its slot, credit and job. */
-  async #settle(lane: Lane, h: Held, outcome: AttemptOutcome): Promise<void> {
+  async #settle(lane: Lane, h: Held, outcome: AttemptOutcome, ep: Endpoint): Promise<void> {
     try {
-      await this.#d.settler.outcome(h.task, outcome);
+      await this.#d.settler.outcome(h.task, outcome, ep);
     } finally {
       lane.active--;
       lane.completed(Date.now(), outcome.kind === 'delivered' ? outcome.durationMs : undefined);
@@ -360,13 +532,12 @@ export class Engine {
   /** Bookkeeping after any task left memory: room for the job claimer and the drainer. */
   #released(n = 1): void {
     this.#tasks -= n;
-    if (this.#tasks + this.#reserved < this.#maxTasks && this.#roomWaiters.length > 0)
-      for (const r of this.#roomWaiters.splice(0)) r();
+    if (this.#roomWaiters.length > 0) this.#admitWaiters();
     if (n > 0) this.#wake();
   }
 
   /** Hands a task that cannot run here to its next owner; settles it with its current owner after. */
-  #divert(h: Held, fate: 'tenant_deleted' | 'endpoint_deleted' | 'endpoint_disabled' | 'spill'): void {
+  #divert(h: Held, fate: Fate): void {
     const done = () => {
       h.owner.settle();
       this.#released();
@@ -379,11 +550,20 @@ export class Engine {
       void this.#d.settler.parked(h.task, 'endpoint_disabled').then(done);
       return;
     }
-    this.#d.settler.discard(h.task, fate);
+    if (fate === 'stale') this.#d.settler.discard(h.task, 'endpoint_deleted', true);
+    else this.#d.settler.discard(h.task, fate);
     done();
   }
 
   #spill(h: Held): void {
+    if (h.task.seq !== undefined && this.#ordered) {
+      // A leased ordered task: its owner is the ordered store, which keeps it (and its key waits).
+      void this.#ordered.release(h.task, ORDERED_RELEASE_MS).then(() => {
+        h.owner.settle();
+        this.#released();
+      });
+      return;
+    }
     this.#d.spill.spill(h.task).then(
       () => {
         // The Kafka record owns the task now: it is part of the tenant's backlog until the drainer resolves it.
@@ -407,7 +587,7 @@ export class Engine {
    */
   #recheck(lane: Lane, v: TenantView): void {
     const leaving = (x: Held) => this.#fate(v, x.task) !== 'run';
-    for (const h of [...lane.ready.take(leaving), ...lane.queue.take(leaving)]) {
+    for (const h of lane.takeWaiting(leaving)) {
       this.#out(lane, h);
       const fate = this.#fate(v, h.task);
       this.#divert(h, fate === 'blocked' || fate === 'run' ? 'spill' : fate);
@@ -418,12 +598,18 @@ export class Engine {
   /** Every TICK_MS: lane rates; stalled lanes give back what waits; a periodic config refresh. */
   #tick(): void {
     const now = Date.now();
+    let rate = 0;
     for (const lane of this.#lanes.values()) {
       lane.tick();
-      if (lane.queue.length + lane.ready.length > 0 && lane.stalled(now)) this.#unload(lane);
+      rate += lane.rate;
+      if (lane.waiting > 0 && lane.stalled(now)) this.#unload(lane);
       // An idle lane is forgotten after a while (its rate would be stale anyway).
       if (lane.size === 0 && now - lane.lastProgress > 10_000) this.#lanes.delete(lane.tenantId);
     }
+    const grew = rate > this.#deliveryRate;
+    this.#deliveryRate = rate;
+    // A higher rate may make room for a job that waits.
+    if (grew) this.#released(0);
     if (now - this.#lastRefresh >= REFRESH_MS) {
       this.#lastRefresh = now;
       for (const tid of this.#lanes.keys()) void this.#reload(tid);
@@ -432,7 +618,7 @@ export class Engine {
 
   /** A stalled lane keeps only what is on the wire: its queue goes to the spill log. */
   #unload(lane: Lane): void {
-    for (const h of [...lane.ready.take(() => true), ...lane.queue.take(() => true)]) {
+    for (const h of lane.takeWaiting(() => true)) {
       this.#out(lane, h);
       this.#spill(h);
     }
@@ -472,7 +658,7 @@ export class Engine {
       for (const [eid, n] of Object.entries(c.endpoints))
         endpoints[eid] = { ...n, breaker: this.#d.delivery.breakerState(tid, eid) };
       out[tid] = {
-        queued: lane ? lane.queue.length : 0,
+        queued: lane ? lane.queued : 0,
         inFlight: this.#d.delivery.inFlight(tid),
         creditsUsed: this.credits.used(tid),
         spilled: c.spilled,
@@ -489,7 +675,7 @@ export class Engine {
     this.#closed = true;
     clearInterval(this.#timer);
     if (this.#wakeTimer) clearTimeout(this.#wakeTimer);
-    for (const r of this.#roomWaiters.splice(0)) r();
+    this.#admitWaiters();
     this.#unsubscribe();
     this.#ungauge();
   }

@@ -1,4 +1,4 @@
-import type { DeliveryTask } from '@spillway/delivery';
+import type { DeliveryTask as DispatchTask } from '@spillway/delivery';
 import type { Endpoint, SpillwayEvent } from '@spillway/shared';
 import { matchesEventType } from '../config/store.ts';
 
@@ -6,7 +6,17 @@ import { matchesEventType } from '../config/store.ts';
  * One delivery of one event to one endpoint (the type is delivery's): the unit that is held in a
  * worker's memory (with a credit), spilled to Kafka, carried by a retry job, or parked in the DLQ.
  */
-export type { DeliveryTask };
+export type DeliveryTask = DispatchTask & {
+  /** The resend or recover operation that made this task (its attempts say so in the history). */
+  resend?: string;
+  /**
+   * Endpoint.gen of the endpoint incarnation the task was made for. A worker discards the task
+   * when its endpoint's gen is another (deleted and created again under the same id, itself or
+   * with its tenant: endpoints die with their tenant, so this one stamp covers both). Absent on
+   * tasks made before incarnations existed, or for an endpoint without one: those run.
+   */
+  gen?: string;
+};
 
 /** The JSON form of an event (body as base64): BullMQ job data, Kafka values, DLQ entries. */
 export interface WireEvent {
@@ -17,6 +27,8 @@ export interface WireEvent {
   c: string;
   b: string;
   s?: string;
+  /** orderingKey */
+  k?: string;
 }
 
 /** The JSON form of a task. */
@@ -24,6 +36,10 @@ export interface WireTask {
   e: WireEvent;
   p: string;
   a: number;
+  /** DeliveryTask.resend */
+  rs?: string;
+  /** DeliveryTask.gen (absent on tasks written before incarnations existed) */
+  g?: string;
 }
 
 /**
@@ -50,6 +66,7 @@ export function eventToWire(ev: SpillwayEvent): WireEvent {
     b,
   };
   if (ev.sourceId !== undefined) w.s = ev.sourceId;
+  if (ev.orderingKey !== undefined) w.k = ev.orderingKey;
   return w;
 }
 
@@ -64,16 +81,29 @@ export function eventFromWire(w: WireEvent): SpillwayEvent {
   };
   if (ev.body.length <= WIRE_CACHE_MAX) wireBodies.set(ev.body, w.b);
   if (w.s !== undefined) ev.sourceId = w.s;
+  if (w.k !== undefined) ev.orderingKey = w.k;
   return ev;
 }
 
 export function taskToWire(t: DeliveryTask): WireTask {
-  return { e: eventToWire(t.event), p: t.endpointId, a: t.attempt };
+  const w: WireTask = { e: eventToWire(t.event), p: t.endpointId, a: t.attempt };
+  if (t.resend !== undefined) w.rs = t.resend;
+  if (t.gen !== undefined) w.g = t.gen;
+  return w;
 }
 
 export function taskFromWire(w: WireTask): DeliveryTask {
   const event = eventFromWire(w.e);
-  return { tenantId: event.tenantId, eventId: event.id, endpointId: w.p, attempt: w.a, event };
+  const t: DeliveryTask = {
+    tenantId: event.tenantId,
+    eventId: event.id,
+    endpointId: w.p,
+    attempt: w.a,
+    event,
+  };
+  if (w.rs !== undefined) t.resend = w.rs;
+  if (w.g !== undefined) t.gen = w.g;
+  return t;
 }
 
 /** The endpoints an event goes to: not disabled, and subscribed to its type. Paused ones are kept (their tasks wait). */
@@ -81,13 +111,26 @@ export function subscribedEndpoints(endpoints: readonly Endpoint[], type: string
   return endpoints.filter((ep) => ep.status !== 'disabled' && matchesEventType(ep.eventTypes, type));
 }
 
-/** Fans one event out into one task per subscribed endpoint, each at attempt 1. */
+/** Fans one event out into one task per subscribed endpoint, each at attempt 1, stamped with its incarnation. */
 export function fanOut(event: SpillwayEvent, endpoints: readonly Endpoint[]): DeliveryTask[] {
-  return subscribedEndpoints(endpoints, event.type).map((ep) => ({
-    tenantId: event.tenantId,
-    eventId: event.id,
-    endpointId: ep.id,
-    attempt: 1,
-    event,
-  }));
+  return subscribedEndpoints(endpoints, event.type).map((ep) => {
+    const t: DeliveryTask = {
+      tenantId: event.tenantId,
+      eventId: event.id,
+      endpointId: ep.id,
+      attempt: 1,
+      event,
+    };
+    if (ep.gen !== undefined) t.gen = ep.gen;
+    return t;
+  });
+}
+
+/**
+ * Whether a task belongs to another incarnation of its endpoint than `ep` (the endpoint, or its
+ * tenant, was deleted and created again under the same id since the task was made). A task or
+ * endpoint without a gen (from before incarnations existed) cannot tell: it counts as current.
+ */
+export function staleTask(task: Pick<DeliveryTask, 'gen'>, ep: Pick<Endpoint, 'gen'>): boolean {
+  return task.gen !== undefined && ep.gen !== undefined && task.gen !== ep.gen;
 }

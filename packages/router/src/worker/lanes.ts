@@ -78,8 +78,27 @@ export class Fifo {
   }
 }
 
-/** How far ahead of its delivery rate a lane may hold tasks (see Lane#room). */
+/**
+ * One batched endpoint's tasks waiting to go out as one request (Engine#pump fills it from the
+ * lane's queue while a slot is free; it closes when full, or when its linger ends).
+ */
+export interface OpenBatch {
+  items: Held[];
+  /** What each item adds to the request body (delivery's batchElementBytes). */
+  sizes: number[];
+  bytes: number;
+  lingerMs: number;
+  timer: NodeJS.Timeout | undefined;
+}
+
+/** How far ahead of its delivery rate a lane may hold tasks the drainer brings (see Lane#room). */
 export const LOOKAHEAD_S = 1;
+/**
+ * How far ahead of its delivery rate a lane may hold tasks from intake and retry jobs before its
+ * job share applies (see Lane#takesJobTask): a lane that clears what it holds within this long
+ * keeps every job it is given; only a lane that holds more than that is held to its share.
+ */
+export const JOB_LOOKAHEAD_S = 2;
 /** A lane with work but no completion for this long is stalled: it gives its waiting tasks back. */
 export const STALL_MS = 1000;
 /** Lane rates are measured over ticks of this length (an EWMA). */
@@ -103,7 +122,14 @@ export class Lane {
   readonly ready = new Fifo();
   /** Tasks waiting for rate tokens (they hold a credit, not a slot). */
   rating = 0;
+  /** Requests on the wire (a batch is one). */
   active = 0;
+  /** Batched endpoints' open batches, by endpoint id. */
+  readonly batches = new Map<string, OpenBatch>();
+  /** Closed batches waiting for a slot: they go before anything else. */
+  readonly due: Held[][] = [];
+  /** Tasks in open and closed batches. */
+  #batched = 0;
   /** Completions since the last tick, and the EWMA rate (per second) of earlier ticks. */
   #done = 0;
   rate = 0;
@@ -117,9 +143,87 @@ export class Lane {
     this.tenantId = tenantId;
   }
 
-  /** Tasks this lane holds now (waiting for a slot or on the wire). */
+  /** Tasks queued: the queue and the batches it was drawn into (they have not taken rate tokens or a slot). */
+  get queued(): number {
+    return this.queue.length + this.#batched;
+  }
+
+  /** Tasks waiting for a slot: queued, and ready (with their rate tokens). */
+  get waiting(): number {
+    return this.queued + this.ready.length;
+  }
+
+  /** What this lane holds now (tasks waiting, and requests on the wire); 0 = idle. */
   get size(): number {
-    return this.queue.length + this.ready.length + this.rating + this.active;
+    return this.waiting + this.rating + this.active;
+  }
+
+  /** Adds a task to its endpoint's open batch (opening one); the caller closes it when full. */
+  addToBatch(h: Held, bytes: number, lingerMs: number): OpenBatch {
+    const id = h.task.endpointId;
+    let b = this.batches.get(id);
+    if (!b) {
+      b = { items: [], sizes: [], bytes: 0, lingerMs, timer: undefined };
+      this.batches.set(id, b);
+    }
+    b.items.push(h);
+    b.sizes.push(bytes);
+    b.bytes += bytes;
+    this.#batched++;
+    return b;
+  }
+
+  /** The endpoint's open batch goes to `due` (it waits for a slot there); no-op without one. */
+  closeBatch(endpointId: string): void {
+    const b = this.batches.get(endpointId);
+    if (!b) return;
+    if (b.timer) clearTimeout(b.timer);
+    this.batches.delete(endpointId);
+    if (b.items.length > 0) this.due.push(b.items);
+  }
+
+  /** The next closed batch, its tasks no longer counted as waiting. */
+  takeDue(): Held[] | undefined {
+    const items = this.due.shift();
+    if (items) this.#batched -= items.length;
+    return items;
+  }
+
+  /**
+   * Removes and returns every waiting task (queue, ready, batches) for which `pick` is true:
+   * what leaves on a pause, a disable, a stall or a shutdown. Requests on the wire stay.
+   */
+  takeWaiting(pick: (h: Held) => boolean): Held[] {
+    const out = [...this.ready.take(pick), ...this.queue.take(pick)];
+    for (const [id, b] of this.batches) {
+      const items: Held[] = [];
+      const sizes: number[] = [];
+      b.items.forEach((h, i) => {
+        if (pick(h)) out.push(h);
+        else {
+          items.push(h);
+          sizes.push(b.sizes[i]!);
+        }
+      });
+      this.#batched -= b.items.length - items.length;
+      b.items = items;
+      b.sizes = sizes;
+      b.bytes = sizes.reduce((n, x) => n + x, 0);
+      if (items.length === 0) {
+        if (b.timer) clearTimeout(b.timer);
+        this.batches.delete(id);
+      }
+    }
+    for (let i = this.due.length - 1; i >= 0; i--) {
+      const items = this.due[i]!.filter((h) => !pick(h));
+      const gone = this.due[i]!.length - items.length;
+      if (gone === 0) continue;
+      for (const h of this.due[i]!) if (pick(h)) out.push(h);
+      this.#batched -= gone;
+      if (items.length === 0) this.due.splice(i, 1);
+      else this.due[i] = items;
+    }
+    return out;
   }
 
   /** How many tasks may wait for a slot: about LOOKAHEAD_S of the measured rate, at least `concurrency`. */
@@ -130,7 +234,18 @@ export class Lane {
 
   /** Whether the drainer may bring one more task into the queue. */
   room(concurrency: number, maxInFlight: number): boolean {
-    return this.queue.length < this.lookahead(concurrency, maxInFlight);
+    return this.queued < this.lookahead(concurrency, maxInFlight);
+  }
+
+  /**
+   * Whether a job's task may join the queue, pinning its job (false: it goes to the spill log).
+   * Within JOB_LOOKAHEAD_S of its rate the lane takes it whatever jobs it comes from: it will be
+   * delivered about that soon, so the job slots it pins come back about that soon. Past that, the
+   * lane keeps at most `share` jobs active, so a slow tenant can never pin the worker's job slots.
+   */
+  takesJobTask(owner: Owner, concurrency: number, maxInFlight: number, share: number): boolean {
+    const soon = this.queued < (this.lookahead(concurrency, maxInFlight) * JOB_LOOKAHEAD_S) / LOOKAHEAD_S;
+    return this.pin(owner, soon ? Number.POSITIVE_INFINITY : share);
   }
 
   /**
@@ -160,9 +275,12 @@ export class Lane {
   /** EWMA of how long a delivered attempt took here (ms); 0 until one was. */
   latency = 0;
 
-  /** An attempt ended; `tookMs` is given for delivered ones (they set the stall threshold). */
-  completed(now: number, tookMs?: number): void {
-    this.#done++;
+  /**
+   * An attempt of `tasks` tasks (a batch carries several) ended; `tookMs` is given for delivered
+   * ones (they set the stall threshold). The rate counts tasks.
+   */
+  completed(now: number, tookMs?: number, tasks = 1): void {
+    this.#done += tasks;
     this.lastProgress = now;
     if (tookMs !== undefined) this.latency = this.latency === 0 ? tookMs : this.latency * 0.8 + tookMs * 0.2;
   }

@@ -1,10 +1,16 @@
-import { createRedis, type RedisClient } from '@spillway/shared';
-import { type Job, Queue, Worker } from 'bullmq';
+import { createQueue, createRedis, type RedisClient } from '@spillway/shared';
+import { type Job, Worker } from 'bullmq';
+import { bornAt } from '../config/incarnation.ts';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
-import { type FannedOutEvent, fanoutRecords, type IntakeJobData } from '../intake/intake.ts';
-import { tasksDiscardedTotal } from '../metrics.ts';
+import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
+import { HistoryWriter } from '../history/writer.ts';
+import { type IntakeJobData, promoteDedup, type SeenId } from '../intake/intake.ts';
+import { endpointsDisabledTotal, tasksDiscardedTotal } from '../metrics.ts';
+import { Notifier } from '../notify/notifier.ts';
+import { type OrderedFanout, OrderedStore } from '../ordering/store.ts';
 import { TenantCounters } from '../records/counters.ts';
-import { RecordWriter, recordMeta } from '../records/records.ts';
+import { DlqArchiver } from '../records/dlq-archive.ts';
+import { fingerprint } from '../records/fingerprints.ts';
 import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
@@ -35,6 +41,8 @@ const SHUTDOWN_GRACE_MS = 5000;
 
 export interface WorkerHandle extends RoleHandle {
   readonly engine: Engine;
+  readonly history: HistoryWriter;
+  readonly dlqArchiver: DlqArchiver;
   readonly drainer: Drainer;
   readonly spill: SpillProducer;
 }
@@ -49,7 +57,7 @@ export async function createWorker(
   opts: { delivery?: DeliveryPort } = {},
 ): Promise<WorkerHandle> {
   const { config, keys, logger } = rt;
-  const store = new ConfigStore(rt.redis, keys);
+  const store = new ConfigStore(rt.redis, keys, rt.secrets);
   const cache = new ConfigCache(store, { ttlMs: 500 });
   const sub = createRedis(config.redis, { maxRetriesPerRequest: null });
   sub.on('error', () => {});
@@ -58,11 +66,60 @@ export async function createWorker(
   const delivery =
     opts.delivery ??
     (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis, keys, logger }));
-  const retryQueue = new Queue(keys.retryQueue, { connection: rt.redis as never, prefix: keys.bullPrefix });
-  retryQueue.on('error', (err) => logger.warn({ err: err.message }, 'retry queue error'));
+  const retryQueue = createQueue(rt.redis, keys, keys.retryQueue, logger);
   const spill = new SpillProducer(rt.kafka, config.spillTopic, logger);
   const retries = new RetryScheduler(retryQueue, logger);
-  const records = new RecordWriter(rt.redis, keys, logger);
+  const notifier = new Notifier({ redis: rt.redis, keys, logger, target: config.notify });
+  /** Disables an endpoint the router gave up on (410 Gone, or sustained failure); tells the operator. */
+  const disable = async (
+    tid: string,
+    eid: string,
+    reason: 'gone' | 'failing',
+    data: Record<string, unknown> = {},
+  ) => {
+    let changed = false;
+    await store.updateEndpoint(tid, eid, (ep) => {
+      if (ep.status === 'disabled') return ep;
+      changed = true;
+      return { ...ep, status: 'disabled', disabledReason: reason };
+    });
+    // A new run of failures starts after the operator resumes it.
+    await rt.redis.hdel(keys.endpointHealth(tid), eid);
+    if (!changed) return;
+    endpointsDisabledTotal.inc({ reason });
+    void notifier.notify({
+      kind: 'endpoint.disabled',
+      tenantId: tid,
+      subject: eid,
+      data: { endpointId: eid, reason, ...data },
+    });
+  };
+  const topics = historyTopics(config);
+  const partitions = await ensureHistoryTopics(rt.kafka, config);
+  const history = new HistoryWriter({
+    kafka: rt.kafka,
+    redis: rt.redis,
+    keys,
+    logger,
+    topics,
+    partitions,
+    retention: config.recordRetention,
+    ...(config.endpointDisableAfterMs === undefined ? {} : { disableAfterMs: config.endpointDisableAfterMs }),
+    onSustainedFailure: (tid, eid, since) =>
+      void disable(tid, eid, 'failing', { failingSince: new Date(since).toISOString() }).catch((err) =>
+        logger.warn({ err, tenantId: tid, endpointId: eid }, 'could not disable a failing endpoint'),
+      ),
+  });
+  const dlqArchiver = new DlqArchiver({
+    redis: rt.redis,
+    keys,
+    logger,
+    kafka: rt.kafka,
+    topic: topics.dlq,
+    partitions: partitions.dlq,
+    cap: config.dlqCap,
+    ttlMs: config.dlqTtlMs,
+  });
   const counters = new TenantCounters(rt.redis, keys, logger);
   const settler = new Settler({
     redis: rt.redis,
@@ -70,14 +127,24 @@ export async function createWorker(
     logger,
     delivery,
     retries,
-    records,
+    history,
+    dlqArchiver: {
+      cap: config.dlqCap,
+      makeRoom: (tid) => dlqArchiver.makeRoom(tid),
+      pushed: (tid, length) => {
+        dlqArchiver.pushed(tid, length);
+        if (length >= config.dlqAlert)
+          void notifier.notify({
+            kind: 'dlq.threshold',
+            tenantId: tid,
+            subject: tid,
+            data: { dlq: length, threshold: config.dlqAlert },
+          });
+      },
+    },
     counters,
     retryScheduleMs: config.retryScheduleMs,
-    disableEndpoint: async (tid, eid, reason) => {
-      await store.updateEndpoint(tid, eid, (ep) =>
-        ep.status === 'disabled' ? ep : { ...ep, status: 'disabled', disabledReason: reason },
-      );
-    },
+    disableEndpoint: (tid, eid) => disable(tid, eid, 'gone'),
   });
   const engine = new Engine({
     bodyBudgetBytes: config.workerBodyBudget,
@@ -98,7 +165,8 @@ export async function createWorker(
     let reserved = events.length;
     try {
       const tasks: DeliveryTask[] = [];
-      const fanned: FannedOutEvent[] = [];
+      const seen: SeenId[] = [];
+      const keyed: OrderedFanout[] = [];
       // Fan out on config read after the events were accepted (one read per tenant per job), not on
       // this worker's possibly older view: "create an endpoint, then send" always reaches it.
       const tids = [...new Set(events.map((w) => w.t))];
@@ -107,27 +175,38 @@ export async function createWorker(
       );
       for (const w of events) {
         const v = views.get(w.t)!;
-        if (!v.tenant) {
-          // Accepted, then its tenant was deleted before fan-out: the one explicit discard.
+        if (!v.tenant || w.r < bornAt(v.tenant)) {
+          // Accepted, then its tenant was deleted before fan-out (and maybe created again under
+          // its id: the event is the earlier owner's, not the new one's): the one explicit discard.
           tasksDiscardedTotal.inc({ reason: 'tenant_deleted' });
           logger.warn({ tenantId: w.t, eventId: w.i }, 'event of a deleted tenant discarded');
           continue;
         }
         const ev = eventFromWire(w);
         const ts = fanOut(ev, [...v.endpoints.values()]);
-        fanned.push({
-          tenantId: ev.tenantId,
-          eventId: ev.id,
-          meta: recordMeta(ev.id, ev.type, ev.receivedAt),
-          endpointIds: ts.map((t) => t.endpointId),
-        });
-        tasks.push(...ts);
+        seen.push({ tenantId: ev.tenantId, fp: fingerprint(ev.id) });
+        // The event log: batched, one produce per flush; nothing here waits for it.
+        history.event(
+          ev,
+          ts.map((t) => t.endpointId),
+        );
+        if (ev.orderingKey === undefined) tasks.push(...ts);
+        else {
+          // Every keyed event goes through the ordered store (its order is kept there); its tasks
+          // for per-key ordered endpoints stay there, the others are delivered as usual.
+          const inOrder = ts.filter((t) => v.endpoints.get(t.endpointId)?.ordering === 'per-key');
+          const wake = [...v.endpoints.values()].some((e) => e.ordering === 'per-key');
+          keyed.push({ tenantId: ev.tenantId, eventId: ev.id, key: ev.orderingKey, tasks: inOrder, wake });
+          for (const t of ts) if (!inOrder.includes(t)) tasks.push(t);
+        }
       }
-      // Pending records (and a lost promote) before any attempt can overwrite them: one Lua call per
-      // tenant of the job. Best-effort: a failure only leaves the records incomplete.
-      await fanoutRecords(rt.redis, keys, fanned, config.dedupWindowMs).catch((err) =>
-        logger.warn({ err }, 'fan-out records not written'),
+      // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
+      // only if not seen yet), not waited for. Best-effort: it owns nothing.
+      void promoteDedup(rt.redis, keys, seen, config.dedupWindowMs, true).catch((err) =>
+        logger.warn({ err }, 'dedup promote at fan-out failed'),
       );
+      // The ordered store owns its tasks once this returns (the job still holds them until then).
+      await ordered.fanout(keyed);
       const held = engine.hold(tasks, reserved);
       reserved = 0;
       await held;
@@ -161,11 +240,21 @@ export async function createWorker(
   const intakeWorker = new Worker<IntakeJobData>(keys.intakeQueue, processIntake, workerOpts(intakeConn));
   const retryWorker = new Worker<RetryJobData>(keys.retryQueue, processRetry, workerOpts(retryConn));
   for (const w of [intakeWorker, retryWorker]) {
-    w.on('error', (err) => logger.warn({ err: err.message }, 'bullmq worker error'));
-    w.on('failed', (job, err) =>
-      logger.warn({ jobId: job?.id, err: err.message }, 'job failed; it will be retried'),
-    );
+    w.on('error', (err) => logger.warn({ err }, 'bullmq worker error'));
+    w.on('failed', (job, err) => logger.warn({ jobId: job?.id, err }, 'job failed; it will be retried'));
   }
+
+  const ordered = new OrderedStore({
+    redis: rt.redis,
+    keys,
+    logger,
+    engine,
+    workerId: rt.workerId,
+    timeoutOf: (tid, eid) => engine.viewNow(tid)?.endpoints.get(eid)?.timeoutMs,
+  });
+  engine.setOrdered(ordered);
+  settler.setOrdered(ordered);
+  ordered.start();
 
   const drainer = new Drainer({
     kafka: rt.kafka,
@@ -187,9 +276,13 @@ export async function createWorker(
     engine,
     drainer,
     spill,
+    history,
+    dlqArchiver,
     close() {
       closing ??= (async () => {
         await stopStats();
+        // Lease no more ordered tasks (those in memory go back to the store with the rest below).
+        ordered.close();
         // Claim nothing more; tasks not on the wire go to the spill log; requests on the wire get
         // SHUTDOWN_GRACE_MS to finish, then closing delivery ends them with a retry (job added).
         await Promise.all([intakeWorker.pause(true), retryWorker.pause(true)]).catch(() => {});
@@ -200,7 +293,8 @@ export async function createWorker(
         await Promise.all([intakeWorker.close(), retryWorker.close()]);
         await retries.close();
         await spill.close();
-        await records.flush();
+        await history.close();
+        await dlqArchiver.close();
         await counters.close();
         engine.close();
         await retryQueue.close().catch(() => {});

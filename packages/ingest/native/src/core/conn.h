@@ -34,6 +34,8 @@ typedef struct spw_conn {
   uint8_t accepted; /* the embedder took the request (spw_server_continue): body past the window flows */
   uint8_t over_cap; /* body went past sink_cap: the embedder answers 413; input is discarded meanwhile */
   uint8_t out_full; /* unsent output over its bound: no new request is framed, nothing read, until sends drain */
+  uint8_t classified; /* its first bytes were an HTTP/1.1 request line (or handoff is off) */
+  uint8_t handed_off; /* given to the embedder: the slot goes, the fd is never shut down or closed here */
   spw_buf in;       /* received bytes not yet framed */
   spw_buf sending;  /* owned by the in-flight send: never reallocated while the kernel reads it */
   size_t sent;

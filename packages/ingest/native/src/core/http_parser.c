@@ -237,6 +237,61 @@ static int body_fail(hp_body *b, size_t i, size_t *consumed, const char *why) {
   return HP_E_BAD;
 }
 
+/* A byte of a chunk-size line's size; returns why it is refused, or NULL. */
+static const char *size_byte(hp_body *b, unsigned char c) {
+  int h = hexval(c);
+  if (h >= 0) {
+    if (++b->size_digits > MAX_CHUNK_SIZE_DIGITS) return "chunk size too long";
+    b->remaining = (b->remaining << 4) | (uint64_t)h;
+  } else if (b->size_digits == 0 || (c != ';' && c != '\r')) {
+    return "bad chunk size";
+  } else {
+    b->state = c == ';' ? B_EXT : B_SIZE_LF;
+  }
+  return ++b->line_len > MAX_CHUNK_LINE ? "chunk line too long" : NULL;
+}
+
+/*
+ * The parts of the framing lines that are not sizes, by state: a part ends at `stop` (the decoder
+ * moves to `on_stop`); any other byte must be a tchar (`tchar`) or a field-value byte. Each byte
+ * counts against the trailers' budget (`trailer`) or the chunk line's.
+ */
+static const struct {
+  unsigned char stop;
+  uint8_t on_stop, tchar, trailer;
+  const char *bad;
+} k_part[] = {
+  [B_EXT] = {'\r', B_SIZE_LF, 0, 0, "bad chunk extension"},
+  [B_TRAILER_START] = {'\r', B_FINAL_LF, 1, 1, "bad trailer field"},
+  [B_TRAILER_NAME] = {':', B_TRAILER_VALUE, 1, 1, "bad trailer field"},
+  [B_TRAILER_VALUE] = {'\r', B_TRAILER_LF, 0, 1, "bad trailer field"},
+};
+
+static const char *part_byte(hp_body *b, unsigned char c) {
+  int trailer = k_part[b->state].trailer;
+  if (c == k_part[b->state].stop) {
+    b->state = k_part[b->state].on_stop;
+  } else if (!(k_part[b->state].tchar ? k_tchar[c] : is_vbyte(c))) {
+    return k_part[b->state].bad;
+  } else if (b->state == B_TRAILER_START) {
+    if (++b->trailer_count > MAX_TRAILERS) return "too many trailers";
+    b->state = B_TRAILER_NAME;
+  }
+  if (trailer) return ++b->trailer_bytes > MAX_TRAILER_BYTES ? "trailers too large" : NULL;
+  return ++b->line_len > MAX_CHUNK_LINE ? "chunk line too long" : NULL;
+}
+
+/* The line ends inside the framing, by state: the one byte each must be, and where it leads. */
+static const struct {
+  unsigned char want;
+  uint8_t next;
+  const char *bad;
+} k_expect[] = {
+  [B_DATA_CR] = {'\r', B_DATA_LF, "chunk data not followed by CRLF"},
+  [B_DATA_LF] = {'\n', B_SIZE, "chunk data not followed by CRLF"},
+  [B_TRAILER_LF] = {'\n', B_TRAILER_START, "bare CR in trailer"},
+};
+
 int hp_body_feed(hp_body *b, const char *in, size_t len, size_t *consumed, const char **out, size_t *out_len) {
   size_t i = 0;
   *out = NULL;
@@ -265,44 +320,22 @@ int hp_body_feed(hp_body *b, const char *in, size_t len, size_t *consumed, const
   }
   while (i < len) {
     unsigned char c = (unsigned char)in[i];
+    const char *why = NULL;
     switch (b->state) {
-      case B_SIZE: {
-        int h = hexval(c);
-        if (h >= 0) {
-          if (++b->size_digits > MAX_CHUNK_SIZE_DIGITS) return body_fail(b, i, consumed, "chunk size too long");
-          b->remaining = (b->remaining << 4) | (uint64_t)h;
-        } else if (b->size_digits == 0) {
-          return body_fail(b, i, consumed, "bad chunk size");
-        } else if (c == ';') {
-          b->state = B_EXT;
-        } else if (c == '\r') {
-          b->state = B_SIZE_LF;
-        } else {
-          return body_fail(b, i, consumed, "bad chunk size");
-        }
-        if (++b->line_len > MAX_CHUNK_LINE) return body_fail(b, i, consumed, "chunk line too long");
-        i++;
+      case B_SIZE:
+        why = size_byte(b, c);
         break;
-      }
       case B_EXT:
-        if (c == '\r') {
-          b->state = B_SIZE_LF;
-        } else if (!is_vbyte(c)) {
-          return body_fail(b, i, consumed, "bad chunk extension");
-        }
-        if (++b->line_len > MAX_CHUNK_LINE) return body_fail(b, i, consumed, "chunk line too long");
-        i++;
+      case B_TRAILER_START:
+      case B_TRAILER_NAME:
+      case B_TRAILER_VALUE:
+        why = part_byte(b, c);
         break;
       case B_SIZE_LF:
         if (c != '\n') return body_fail(b, i, consumed, "bare CR in chunk line");
-        i++;
         b->line_len = 0;
         b->size_digits = 0;
-        if (b->remaining == 0) {
-          b->state = B_TRAILER_START;
-        } else {
-          b->state = B_DATA;
-        }
+        b->state = b->remaining == 0 ? B_TRAILER_START : B_DATA;
         break;
       case B_DATA: {
         size_t avail = len - i;
@@ -316,49 +349,10 @@ int hp_body_feed(hp_body *b, const char *in, size_t len, size_t *consumed, const
         return HP_DATA;
       }
       case B_DATA_CR:
-        if (c != '\r') return body_fail(b, i, consumed, "chunk data not followed by CRLF");
-        b->state = B_DATA_LF;
-        i++;
-        break;
       case B_DATA_LF:
-        if (c != '\n') return body_fail(b, i, consumed, "chunk data not followed by CRLF");
-        b->state = B_SIZE;
-        i++;
-        break;
-      case B_TRAILER_START:
-        if (c == '\r') {
-          b->state = B_FINAL_LF;
-        } else if (k_tchar[c]) {
-          if (++b->trailer_count > MAX_TRAILERS) return body_fail(b, i, consumed, "too many trailers");
-          b->state = B_TRAILER_NAME;
-        } else {
-          return body_fail(b, i, consumed, "bad trailer field");
-        }
-        if (++b->trailer_bytes > MAX_TRAILER_BYTES) return body_fail(b, i, consumed, "trailers too large");
-        i++;
-        break;
-      case B_TRAILER_NAME:
-        if (c == ':') {
-          b->state = B_TRAILER_VALUE;
-        } else if (!k_tchar[c]) {
-          return body_fail(b, i, consumed, "bad trailer field");
-        }
-        if (++b->trailer_bytes > MAX_TRAILER_BYTES) return body_fail(b, i, consumed, "trailers too large");
-        i++;
-        break;
-      case B_TRAILER_VALUE:
-        if (c == '\r') {
-          b->state = B_TRAILER_LF;
-        } else if (!is_vbyte(c)) {
-          return body_fail(b, i, consumed, "bad trailer field");
-        }
-        if (++b->trailer_bytes > MAX_TRAILER_BYTES) return body_fail(b, i, consumed, "trailers too large");
-        i++;
-        break;
       case B_TRAILER_LF:
-        if (c != '\n') return body_fail(b, i, consumed, "bare CR in trailer");
-        b->state = B_TRAILER_START;
-        i++;
+        if (c != k_expect[b->state].want) return body_fail(b, i, consumed, k_expect[b->state].bad);
+        b->state = k_expect[b->state].next;
         break;
       case B_FINAL_LF:
         if (c != '\n') return body_fail(b, i, consumed, "bare CR after last chunk");
@@ -368,6 +362,8 @@ int hp_body_feed(hp_body *b, const char *in, size_t len, size_t *consumed, const
       default:
         return body_fail(b, i, consumed, "decoder misuse");
     }
+    if (why) return body_fail(b, i, consumed, why);
+    i++;
   }
   *consumed = i;
   return HP_AGAIN;

@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -65,6 +66,7 @@ typedef struct cmd {
   route *routes;
   size_t n_routes;
   uint32_t grace_ms;
+  int drain;
   uint64_t cap;
   struct cmd *next;
 } cmd;
@@ -101,6 +103,7 @@ struct spw_server {
   cmd *cmd_head, *cmd_tail;
 
   int closing;
+  int drain;
   int stopped;
   uint64_t close_deadline;
 };
@@ -128,6 +131,20 @@ void spw_config_defaults(spw_config *cfg) {
   cfg->buf_size = 16 * 1024;
   cfg->ring_entries = 2048;
   cfg->answer_timeout_ms = 60000;
+  cfg->listen_fd = -1;
+  cfg->handoff = 0;
+}
+
+/* The same first cut as the TypeScript classifier (packages/ingest/src/backends/classify.ts):
+ * printable ASCII that is not the start of the HTTP/2 preface or an SSH banner stays here (a
+ * request line, or text the parser answers with 400); the embedder tells the rest apart. */
+int spw_classify_first(const char *p, size_t n) {
+  static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  if (n == 0) return 0;
+  if ((unsigned char)p[0] == 0x16) return -1;
+  size_t k = n < 4 ? n : 4;
+  if (memcmp(p, preface, k) == 0 || memcmp(p, "SSH-", k) == 0) return n < 4 ? 0 : -1;
+  return (unsigned char)p[0] >= 0x20 && (unsigned char)p[0] <= 0x7e ? 1 : -1;
 }
 
 /* ---------- batches handed to the embedder ---------- */
@@ -212,6 +229,24 @@ static void emit_head(spw_server *s, spw_conn *c, const hp_head *h) {
 static void emit_body(spw_server *s, spw_conn *c, const char *data, size_t len) {
   spw_event *e = ev_push(s, SPW_EV_BODY, req_id(s, c), len);
   if (e) memcpy(s->batch->arena + e->off, data, len);
+}
+
+/* The connection leaves the ring: its fd and the bytes read so far go up; the slot is released once
+ * no SQE refers to it (flush_dirty), without shutdown or close. */
+static void mark_dirty(spw_server *s, spw_conn *c);
+static void conn_close(spw_server *s, spw_conn *c);
+static void handoff(spw_server *s, spw_conn *c, const char *p, size_t n) {
+  spw_event *e = ev_push(s, SPW_EV_HANDOFF, req_id(s, c), n);
+  if (!e) {
+    conn_close(s, c);
+    return;
+  }
+  if (n) memcpy(s->batch->arena + e->off, p, n);
+  e->content_length = c->fd;
+  c->handed_off = 1;
+  c->closing = 1;
+  c->in.len = 0;
+  mark_dirty(s, c);
 }
 
 /* ---------- submission helpers ---------- */
@@ -508,7 +543,38 @@ static void on_data(spw_server *s, spw_conn *c, uint32_t idx, const char *data, 
     if (c->drained > DRAIN_MAX_BYTES) conn_close(s, c);
     return;
   }
-  if (c->in.len == 0) {
+  int appended = 0;
+  if (!c->classified) {
+    if (!s->cfg.handoff) {
+      c->classified = 1;
+    } else {
+      if (c->in.len) {
+        spw_buf_append(&c->in, data, len);
+        appended = 1;
+      }
+      const char *p = appended ? c->in.p : data;
+      size_t n = appended ? c->in.len : len;
+      int k = spw_classify_first(p, n);
+      if (k < 0) {
+        handoff(s, c, p, n);
+        return;
+      }
+      if (k == 0) {
+        /* Too few bytes to tell: wait for more (the headers timeout bounds the wait). */
+        if (!appended) spw_buf_append(&c->in, data, len);
+        if (!c->head_started) {
+          c->head_started = 1;
+          c->since_ms = now_ms();
+        }
+        return;
+      }
+      c->classified = 1;
+    }
+  }
+  if (appended) {
+    size_t used = process(s, c, c->in.p, c->in.len);
+    spw_buf_consume(&c->in, used);
+  } else if (c->in.len == 0) {
     size_t used = process(s, c, data, len);
     if (used < len && !c->closing && c->state != C_DRAIN) spw_buf_append(&c->in, data + used, len - used);
   } else {
@@ -564,7 +630,7 @@ static void flush_dirty(spw_server *s) {
     if (!c->closing) pump(s, c, idx);
     /* pump may close (FIN after EOF); the slot can only be reused once no SQE points at it */
     if (c->closing && c->ops == 0) {
-      close(c->fd);
+      if (!c->handed_off) close(c->fd);
       spw_conn_release(&s->conns, idx);
     }
   }
@@ -645,9 +711,10 @@ static void free_routes(route *r, size_t n) {
   free(r);
 }
 
-static void begin_close(spw_server *s, uint32_t grace_ms) {
+static void begin_close(spw_server *s, uint32_t grace_ms, int drain) {
   if (s->closing) return;
   s->closing = 1;
+  s->drain = drain;
   s->close_deadline = now_ms() + grace_ms;
   if (s->accept_armed) {
     cancel_ud(s, UD(T_ACCEPT, 0));
@@ -657,7 +724,7 @@ static void begin_close(spw_server *s, uint32_t grace_ms) {
   }
   for (uint32_t i = 0; i < s->conns.high; i++) {
     spw_conn *c = &s->conns.slots[i];
-    if (c->state == C_HEAD && !c->closing && c->in.len == 0 && !c->head_started) conn_close(s, c);
+    if (!drain && c->state == C_HEAD && !c->closing && c->in.len == 0 && !c->head_started) conn_close(s, c);
     else if (c->state != C_FREE) c->keep_alive = 0;
   }
 }
@@ -679,7 +746,7 @@ static void run_commands(spw_server *s) {
         m->routes = NULL;
         m->n_routes = 0;
         break;
-      case CMD_CLOSE: begin_close(s, m->grace_ms); break;
+      case CMD_CLOSE: begin_close(s, m->grace_ms, m->drain); break;
     }
     free(m->data);
     free_routes(m->routes, m->n_routes);
@@ -703,7 +770,9 @@ static void sweep(spw_server *s) {
       case C_HEAD:
         if (c->head_started) {
           if (age > s->cfg.headers_timeout_ms) reply_error(s, c, 408, "request head not received in time");
-        } else if (s->closing || age > s->cfg.keepalive_timeout_ms) {
+        } else if ((s->closing && !s->drain) || age > s->cfg.keepalive_timeout_ms) {
+          /* Draining, an idle connection lives out its keep-alive time: its client closes it first
+           * (or sends one more request, answered with connection: close). */
           conn_close(s, c);
         }
         break;
@@ -748,7 +817,9 @@ static void on_accept(spw_server *s, struct io_uring_cqe *cqe) {
   if (cqe->res >= 0) {
     int fd = cqe->res;
     uint32_t idx;
-    spw_conn *c = s->closing ? NULL : spw_conn_alloc(&s->conns, &idx);
+    /* Draining (a handover), a connection the kernel gave us after the close is still served: it is
+     * no longer in the queue the successor accepts from. */
+    spw_conn *c = s->closing && !s->drain ? NULL : spw_conn_alloc(&s->conns, &idx);
     if (!c) {
       close(fd);
     } else {
@@ -973,9 +1044,25 @@ static int setup_ring(spw_server *s) {
   return 0;
 }
 
+static int adopt_listener(spw_server *s) {
+  int fd = s->cfg.listen_fd;
+  int listening = 0;
+  socklen_t ol = sizeof listening;
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0) return -errno;
+  if (!listening) return -EINVAL;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return -errno;
+  if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) return -EAFNOSUPPORT;
+  /* Not inherited by processes started later, unless passed on on purpose (dup2 clears it). */
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  s->listen_fd = fd;
+  return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port : ((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
 int spw_server_start(spw_server *s) {
   if (s->thread_started) return -EALREADY;
-  int port = open_listener(s);
+  int port = s->cfg.listen_fd >= 0 ? adopt_listener(s) : open_listener(s);
   if (port < 0) return port;
   s->wake_fd = eventfd(0, EFD_CLOEXEC);
   if (s->wake_fd < 0) {
@@ -1008,31 +1095,31 @@ static int push_cmd(spw_server *s, cmd *m) {
   return 0;
 }
 
-int spw_server_respond(spw_server *s, double id, const char *data, size_t len, int close_conn) {
-  cmd *m = calloc(1, sizeof *m);
-  if (!m) return -ENOMEM;
-  m->type = CMD_RESPOND;
-  m->id = id;
-  m->close = close_conn;
-  if (len) {
-    m->data = malloc(len);
-    if (!m->data) {
-      free(m);
-      return -ENOMEM;
-    }
-    memcpy(m->data, data, len);
+/* Queues a copy of `c` for the ring thread, which frees what it holds (data, routes) once done;
+ * this frees them when the copy cannot be made. */
+static int send_cmd(spw_server *s, cmd c) {
+  cmd *m = malloc(sizeof *m);
+  if (!m) {
+    free(c.data);
+    free_routes(c.routes, c.n_routes);
+    return -ENOMEM;
   }
-  m->len = len;
+  *m = c;
   return push_cmd(s, m);
 }
 
+int spw_server_respond(spw_server *s, double id, const char *data, size_t len, int close_conn) {
+  char *copy = NULL;
+  if (len) {
+    copy = malloc(len);
+    if (!copy) return -ENOMEM;
+    memcpy(copy, data, len);
+  }
+  return send_cmd(s, (cmd){.type = CMD_RESPOND, .id = id, .close = close_conn, .data = copy, .len = len});
+}
+
 int spw_server_continue(spw_server *s, double id, uint64_t body_cap) {
-  cmd *m = calloc(1, sizeof *m);
-  if (!m) return -ENOMEM;
-  m->type = CMD_CONTINUE;
-  m->id = id;
-  m->cap = body_cap;
-  return push_cmd(s, m);
+  return send_cmd(s, (cmd){.type = CMD_CONTINUE, .id = id, .cap = body_cap});
 }
 
 static int route_cmp(const void *a, const void *b) {
@@ -1042,36 +1129,26 @@ static int route_cmp(const void *a, const void *b) {
 }
 
 int spw_server_set_routes(spw_server *s, const char *const *paths, const uint64_t *caps, size_t n) {
-  cmd *m = calloc(1, sizeof *m);
-  if (!m) return -ENOMEM;
-  m->type = CMD_ROUTES;
-  m->routes = calloc(n ? n : 1, sizeof *m->routes);
-  if (!m->routes) {
-    free(m);
-    return -ENOMEM;
-  }
+  route *r = calloc(n ? n : 1, sizeof *r);
+  if (!r) return -ENOMEM;
   for (size_t i = 0; i < n; i++) {
-    m->routes[i].path = strdup(paths[i]);
-    if (!m->routes[i].path) {
-      free_routes(m->routes, i);
-      free(m);
+    r[i].path = strdup(paths[i]);
+    if (!r[i].path) {
+      free_routes(r, i);
       return -ENOMEM;
     }
-    m->routes[i].len = (uint32_t)strlen(paths[i]);
-    m->routes[i].cap = caps[i];
+    r[i].len = (uint32_t)strlen(paths[i]);
+    r[i].cap = caps[i];
   }
-  m->n_routes = n;
-  qsort(m->routes, n, sizeof *m->routes, route_cmp);
-  return push_cmd(s, m);
+  qsort(r, n, sizeof *r, route_cmp);
+  return send_cmd(s, (cmd){.type = CMD_ROUTES, .routes = r, .n_routes = n});
 }
 
-int spw_server_close(spw_server *s, uint32_t grace_ms) {
-  cmd *m = calloc(1, sizeof *m);
-  if (!m) return -ENOMEM;
-  m->type = CMD_CLOSE;
-  m->grace_ms = grace_ms;
-  return push_cmd(s, m);
+int spw_server_close(spw_server *s, uint32_t grace_ms, int drain) {
+  return send_cmd(s, (cmd){.type = CMD_CLOSE, .grace_ms = grace_ms, .drain = drain});
 }
+
+int spw_server_listen_fd(spw_server *s) { return s->listen_fd; }
 
 void spw_server_destroy(spw_server *s) {
   if (!s) return;

@@ -28,6 +28,12 @@ typedef struct spw_config {
   /* A complete request the embedder has not answered after this long gets 503 + close (and an
    * ABORT event), so a lost answer cannot pin a connection until shutdown. */
   uint32_t answer_timeout_ms;
+  /* A listening TCP socket to adopt instead of binding host:port (-1: bind). A restart hands its
+   * socket to its successor, so no SYN meets a closed port. The server owns it from start on. */
+  int listen_fd;
+  /* Hand connections that do not open with an HTTP/1.1 request line (TLS, the HTTP/2 preface,
+   * anything else) to the embedder: a SPW_EV_HANDOFF carries the socket and the bytes read. */
+  int handoff;
 } spw_config;
 
 void spw_config_defaults(spw_config *cfg);
@@ -37,8 +43,13 @@ enum {
   SPW_EV_BODY = 2,  /* arena: body bytes */
   SPW_EV_END = 3,   /* body complete */
   SPW_EV_ABORT = 4, /* arena: reason; the request is gone (peer closed, framing error, timeout) */
-  SPW_EV_CLOSED = 5 /* server stopped; last batch ever delivered */
+  SPW_EV_CLOSED = 5, /* server stopped; last batch ever delivered */
+  SPW_EV_HANDOFF = 6 /* arena: bytes already read; content_length: the socket, now the embedder's */
 };
+
+/* First bytes of a connection: 1 printable ASCII for the HTTP/1.1 parser, 0 too few bytes to tell,
+ * -1 anything else (a TLS record, the HTTP/2 preface, an SSH banner, bytes that are not text). */
+int spw_classify_first(const char *p, size_t n);
 
 typedef struct spw_event {
   uint8_t type;
@@ -75,8 +86,12 @@ int spw_server_respond(spw_server *srv, double id, const char *data, size_t len,
 int spw_server_continue(spw_server *srv, double id, uint64_t body_cap);
 /* Replaces the route table (exact path without query → body cap). Copies its input. */
 int spw_server_set_routes(spw_server *srv, const char *const *paths, const uint64_t *caps, size_t n);
-/* Stop accepting, finish in-flight requests for up to grace_ms, then stop; SPW_EV_CLOSED follows. */
-int spw_server_close(spw_server *srv, uint32_t grace_ms);
+/* Stop accepting, finish in-flight requests for up to grace_ms, then stop; SPW_EV_CLOSED follows.
+ * drain (a handover to a successor): connections accepted meanwhile are served, and idle keep-alive
+ * connections are closed at their idle timeout rather than at once (their client may be sending). */
+int spw_server_close(spw_server *srv, uint32_t grace_ms, int drain);
+/* The listening socket once started (-1 before start or after close). */
+int spw_server_listen_fd(spw_server *srv);
 /* After SPW_EV_CLOSED (or if start failed / never ran): joins the thread and frees. */
 void spw_server_destroy(spw_server *srv);
 

@@ -99,6 +99,18 @@ static int fresh(int64_t t, int64_t now_ms) {
   return d <= (int64_t)SPW_V_TOLERANCE_S * 1000;
 }
 
+/* ^[A-Za-z0-9+/]+={0,2}$ */
+static int whsec_base64_ok(const char *p, size_t n) {
+  size_t pad = 0;
+  while (pad < 2 && pad < n && p[n - 1 - pad] == '=') pad++;
+  if (n == pad) return 0;
+  for (size_t i = 0; i < n - pad; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (c == '-' || c == '_' || b64val(c) < 0) return 0;
+  }
+  return 1;
+}
+
 int spw_vsource_init(spw_vsource *s, int kind, const char *const *secrets, const size_t *lens, int n) {
   memset(s, 0, sizeof *s);
   if (kind < SPW_KIND_GITHUB || kind > SPW_KIND_STANDARD || n < 1 || n > SPW_V_MAX_KEYS) return -1;
@@ -109,24 +121,31 @@ int spw_vsource_init(spw_vsource *s, int kind, const char *const *secrets, const
     uint8_t *k;
     size_t kl;
     if (kind == SPW_KIND_STANDARD) {
-      /* The base64 part after whsec_ (a secret without the prefix is base64 whole). */
-      if (len >= 6 && memcmp(p, "whsec_", 6) == 0) {
-        p += 6;
-        len -= 6;
-      }
+      /* The shared rule (packages/shared/src/whsec.ts parseWhsec): `whsec_` required, then standard
+       * base64 (alphabet, at most two '=' at the end) of a non-empty key. A secret that breaks it
+       * gives no key (skipped, as the JS verifier skips it); a source left with none is refused. */
+      if (len < 6 || memcmp(p, "whsec_", 6) != 0) continue;
+      p += 6;
+      len -= 6;
+      if (!whsec_base64_ok(p, len)) continue;
       k = malloc(len + 1);
       if (!k) goto fail;
       kl = spw_base64_lenient(p, len, k, len + 1);
+      if (kl == 0) {
+        free(k);
+        continue;
+      }
     } else {
       k = malloc(len + 1);
       if (!k) goto fail;
       memcpy(k, p, len);
       kl = len;
     }
-    s->keys[i] = k;
-    s->key_lens[i] = kl;
-    s->n_keys = i + 1;
+    s->keys[s->n_keys] = k;
+    s->key_lens[s->n_keys] = kl;
+    s->n_keys++;
   }
+  if (s->n_keys == 0) goto fail;
   return 0;
 fail:
   spw_vsource_free(s);
@@ -167,6 +186,20 @@ static void mac_update_latin1(spw_verifier *v, const char *p, size_t n) {
   mac_update(v, p + start, n - start);
 }
 
+/*
+ * Splits s[0, n) on sep, one part (possibly empty) per call from *i on: n bytes hold as many parts
+ * as separators plus one. Returns 0 once they are all out.
+ */
+static int next_part(const char *s, size_t n, char sep, size_t *i, const char **part, size_t *len) {
+  if (*i > n) return 0;
+  size_t j = *i;
+  while (j < n && s[j] != sep) j++;
+  *part = s + *i;
+  *len = j - *i;
+  *i = j + 1;
+  return 1;
+}
+
 static int start_macs(spw_verifier *v, const spw_vsource *src) {
   pthread_once(&hmac_once, fetch_hmac);
   if (!hmac_alg) return 0;
@@ -194,32 +227,24 @@ int spw_verify_begin(spw_verifier *v, const spw_vsource *src, const spw_vheaders
   memset(v, 0, sizeof *v);
   uint8_t c[32];
   switch (src->kind) {
-    case SPW_KIND_GITHUB: {
-      const char *p = h->sig ? h->sig : "";
-      size_t n = h->sig ? h->sig_len : 0;
-      trim(&p, &n);
-      if (n != 71 || memcmp(p, "sha256=", 7) != 0 || !hex32(p + 7, 64, c) || !add_cand(v, c)) goto missing;
-      if (!start_macs(v, src)) goto missing;
-      return SPW_V_OK;
-    }
+    case SPW_KIND_GITHUB:
     case SPW_KIND_SHOPIFY: {
+      /* The header alone is the signature, of the body alone: hex after sha256= (GitHub), or base64. */
       const char *p = h->sig ? h->sig : "";
       size_t n = h->sig ? h->sig_len : 0;
       trim(&p, &n);
-      if (!b64_strict32(p, n, c) || !add_cand(v, c)) goto missing;
-      if (!start_macs(v, src)) goto missing;
+      int parsed = src->kind == SPW_KIND_GITHUB ? n == 71 && memcmp(p, "sha256=", 7) == 0 && hex32(p + 7, 64, c)
+                                                 : b64_strict32(p, n, c);
+      if (!parsed || !add_cand(v, c) || !start_macs(v, src)) goto missing;
       return SPW_V_OK;
     }
     case SPW_KIND_STRIPE: {
       if (!h->sig || h->sig_len == 0) goto missing;
       const char *t = NULL;
       size_t tn = 0;
-      size_t i = 0;
-      while (i <= h->sig_len) {
-        size_t j = i;
-        while (j < h->sig_len && h->sig[j] != ',') j++;
-        const char *part = h->sig + i;
-        size_t pn = j - i;
+      const char *part;
+      size_t pn, i = 0;
+      while (next_part(h->sig, h->sig_len, ',', &i, &part, &pn)) {
         const char *eq = memchr(part, '=', pn);
         if (eq) {
           const char *k = part;
@@ -235,7 +260,6 @@ int spw_verify_begin(spw_verifier *v, const spw_vsource *src, const spw_vheaders
             if (!add_cand(v, c)) goto missing;
           }
         }
-        i = j + 1;
       }
       int64_t ts;
       if (!t || !digits12(t, tn, &ts) || v->n_cand == 0) goto missing;
@@ -256,12 +280,9 @@ int spw_verify_begin(spw_verifier *v, const spw_vsource *src, const spw_vheaders
         spw_verify_abort(v);
         return SPW_V_TIMESTAMP;
       }
-      size_t i = 0;
-      while (i <= h->sig_len) {
-        size_t j = i;
-        while (j < h->sig_len && h->sig[j] != ' ') j++;
-        const char *e = h->sig + i;
-        size_t en = j - i;
+      const char *e;
+      size_t en, i = 0;
+      while (next_part(h->sig, h->sig_len, ' ', &i, &e, &en)) {
         const char *comma = memchr(e, ',', en);
         if (comma && comma - e == 2 && e[0] == 'v' && e[1] == '1') {
           /* Node decodes the whole entry; only a 32-byte result is a candidate. */
@@ -275,7 +296,6 @@ int spw_verify_begin(spw_verifier *v, const spw_vsource *src, const spw_vheaders
           }
           free(buf);
         }
-        i = j + 1;
       }
       if (v->n_cand == 0) goto missing;
       if (!start_macs(v, src)) goto missing;

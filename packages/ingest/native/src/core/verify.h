@@ -1,5 +1,5 @@
 /*
- * Signature verification of the four providers (CONTRACT.md "Ingest"), pure C over libcrypto's
+ * Signature verification of the four providers (docs/ingest.md), pure C over libcrypto's
  * streaming HMAC-SHA256: the header half is decided before the body (missing or malformed
  * signature, stale timestamp), the body is fed as it is de-chunked, and the digest is compared in
  * constant time with every candidate signature under every key (a source may carry two secrets

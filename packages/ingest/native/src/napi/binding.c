@@ -10,6 +10,7 @@
 #include <node_api.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,16 @@ typedef struct addon_server {
     }                                                                 \
   } while (0)
 
+/*
+ * Opens a call on a server handle: reads up to n arguments into argv, and sets `as` to the handle in
+ * argv[0] when `count_ok` holds for argc (the number the caller passed), else to NULL.
+ */
+#define SERVER_CALL(n, count_ok)                               \
+  size_t argc = (n);                                           \
+  napi_value argv[(n)];                                        \
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL)); \
+  addon_server *as = (count_ok) ? get_server(env, argv[0]) : NULL
+
 static napi_value misuse(napi_env env, const char *msg) {
   napi_throw_type_error(env, "SPW_ERR_URING_ARGS", msg);
   return NULL;
@@ -45,7 +56,11 @@ static napi_value num(napi_env env, double v) {
   return out;
 }
 
-static int get_prop_u32(napi_env env, napi_value obj, const char *key, uint32_t *out) {
+/*
+ * An optional numeric property: absent or undefined → 0 and *out untouched; a number in [0, max] →
+ * 1 and *out set; anything else → -1 (misuse).
+ */
+static int get_prop_num(napi_env env, napi_value obj, const char *key, double max, double *out) {
   napi_value v;
   bool has = false;
   napi_has_named_property(env, obj, key, &has);
@@ -55,23 +70,44 @@ static int get_prop_u32(napi_env env, napi_value obj, const char *key, uint32_t 
   napi_typeof(env, v, &t);
   if (t == napi_undefined) return 0;
   double d;
-  if (napi_get_value_double(env, v, &d) != napi_ok || !(d >= 0) || d > 4294967295.0) return -1;
-  *out = (uint32_t)d;
-  return 0;
+  if (napi_get_value_double(env, v, &d) != napi_ok || !(d >= 0) || d > max) return -1;
+  *out = d;
+  return 1;
 }
 
-static int get_prop_u64(napi_env env, napi_value obj, const char *key, uint64_t *out) {
-  napi_value v;
-  bool has = false;
-  napi_has_named_property(env, obj, key, &has);
-  if (!has) return 0;
-  napi_get_named_property(env, obj, key, &v);
-  napi_valuetype t;
-  napi_typeof(env, v, &t);
-  if (t == napi_undefined) return 0;
+static int get_prop_u32(napi_env env, napi_value obj, const char *key, uint32_t *out) {
   double d;
-  if (napi_get_value_double(env, v, &d) != napi_ok || !(d >= 0) || d > 9007199254740991.0) return -1;
-  *out = (uint64_t)d;
+  int r = get_prop_num(env, obj, key, 4294967295.0, &d);
+  if (r > 0) *out = (uint32_t)d;
+  return r < 0 ? -1 : 0;
+}
+
+/* The uint32 options of create() and where each goes in spw_config (absent: the core's default). */
+static const struct {
+  const char *key;
+  size_t off;
+} U32_OPTIONS[] = {
+  {"answerTimeoutMs", offsetof(spw_config, answer_timeout_ms)},
+  {"maxHeadBytes", offsetof(spw_config, max_head_bytes)},
+  {"maxHeaders", offsetof(spw_config, max_headers)},
+  {"headersTimeoutMs", offsetof(spw_config, headers_timeout_ms)},
+  {"requestTimeoutMs", offsetof(spw_config, request_timeout_ms)},
+  {"keepAliveTimeoutMs", offsetof(spw_config, keepalive_timeout_ms)},
+  {"maxConnections", offsetof(spw_config, max_conns)},
+  {"bufCount", offsetof(spw_config, buf_count)},
+  {"bufSize", offsetof(spw_config, buf_size)},
+  {"ringEntries", offsetof(spw_config, ring_entries)},
+};
+
+/* Reads the numeric options into cfg (port and reusePort into their own); -1 on any bad value. */
+static int read_options(napi_env env, napi_value obj, spw_config *cfg, uint32_t *port, uint32_t *reuse) {
+  if (get_prop_u32(env, obj, "port", port) || *port > 65535 || get_prop_u32(env, obj, "reusePort", reuse)) return -1;
+  double body;
+  int r = get_prop_num(env, obj, "maxBodyBytes", 9007199254740991.0, &body);
+  if (r < 0) return -1;
+  if (r > 0) cfg->max_body_bytes = (uint64_t)body;
+  for (size_t i = 0; i < sizeof U32_OPTIONS / sizeof U32_OPTIONS[0]; i++)
+    if (get_prop_u32(env, obj, U32_OPTIONS[i].key, (uint32_t *)((char *)cfg + U32_OPTIONS[i].off))) return -1;
   return 0;
 }
 
@@ -85,6 +121,21 @@ static napi_value latin1(napi_env env, const char *p, size_t n) {
   napi_value s;
   napi_create_string_latin1(env, p, n, &s);
   return s;
+}
+
+/* A Buffer holding a copy of the n bytes at p (the event's bytes do not outlive the call). */
+static napi_value bytes(napi_env env, const char *p, size_t n) {
+  napi_value buf;
+  void *dst;
+  napi_create_buffer_copy(env, n, p, &dst, &buf);
+  return buf;
+}
+
+/* Lets go of the threadsafe function once (every path that ends a server may reach here). */
+static void release_tsfn(addon_server *as) {
+  if (as->released) return;
+  as->released = 1;
+  napi_release_threadsafe_function(as->tsfn, napi_tsfn_release);
 }
 
 static void free_server(addon_server *as) {
@@ -132,15 +183,16 @@ static void call_js(napi_env env, napi_value cb, void *context, void *data) {
         napi_set_element(env, ev, 7, chunked);
         break;
       }
-      case SPW_EV_BODY: {
-        napi_value buf;
-        void *dst;
-        napi_create_buffer_copy(env, e->len, p, &dst, &buf);
-        napi_set_element(env, ev, 2, buf);
+      case SPW_EV_BODY:
+        napi_set_element(env, ev, 2, bytes(env, p, e->len));
         break;
-      }
       case SPW_EV_ABORT:
         napi_set_element(env, ev, 2, latin1(env, p, e->len));
+        break;
+      case SPW_EV_HANDOFF:
+        /* [6, id, fd, bytes already read]: the socket is the embedder's from here on. */
+        napi_set_element(env, ev, 2, num(env, (double)e->content_length));
+        napi_set_element(env, ev, 3, bytes(env, p, e->len));
         break;
       case SPW_EV_CLOSED:
         closed = 1;
@@ -159,10 +211,7 @@ static void call_js(napi_env env, napi_value cb, void *context, void *data) {
     as->closed = 1;
     spw_server_destroy(as->srv);
     as->srv = NULL;
-    if (!as->released) {
-      as->released = 1;
-      napi_release_threadsafe_function(as->tsfn, napi_tsfn_release);
-    }
+    release_tsfn(as);
     if (as->orphaned) free_server(as);
   }
 }
@@ -183,14 +232,11 @@ static void finalize_external(napi_env env, void *data, void *hint) {
   if (as->started && !as->closed) {
     /* Dropped while running: stop it; call_js frees once CLOSED arrives. */
     as->orphaned = 1;
-    spw_server_close(as->srv, 0);
+    spw_server_close(as->srv, 0, 0);
     return;
   }
   if (as->srv) spw_server_destroy(as->srv);
-  if (!as->released) {
-    as->released = 1;
-    napi_release_threadsafe_function(as->tsfn, napi_tsfn_release);
-  }
+  release_tsfn(as);
   free_server(as);
 }
 
@@ -219,20 +265,14 @@ static napi_value js_create(napi_env env, napi_callback_info info) {
     if (napi_get_value_string_utf8(env, hv, host, sizeof host, &n) != napi_ok) return misuse(env, "host must be a string");
   }
   cfg.host = host;
-  uint32_t port = 0, reuse = 0;
-  if (get_prop_u32(env, argv[0], "port", &port) || port > 65535 || get_prop_u32(env, argv[0], "reusePort", &reuse) ||
-      get_prop_u32(env, argv[0], "answerTimeoutMs", &cfg.answer_timeout_ms) || get_prop_u64(env, argv[0], "maxBodyBytes", &cfg.max_body_bytes) ||
-      get_prop_u32(env, argv[0], "maxHeadBytes", &cfg.max_head_bytes) ||
-      get_prop_u32(env, argv[0], "maxHeaders", &cfg.max_headers) ||
-      get_prop_u32(env, argv[0], "headersTimeoutMs", &cfg.headers_timeout_ms) ||
-      get_prop_u32(env, argv[0], "requestTimeoutMs", &cfg.request_timeout_ms) ||
-      get_prop_u32(env, argv[0], "keepAliveTimeoutMs", &cfg.keepalive_timeout_ms) ||
-      get_prop_u32(env, argv[0], "maxConnections", &cfg.max_conns) ||
-      get_prop_u32(env, argv[0], "bufCount", &cfg.buf_count) || get_prop_u32(env, argv[0], "bufSize", &cfg.buf_size) ||
-      get_prop_u32(env, argv[0], "ringEntries", &cfg.ring_entries))
+  uint32_t port = 0, reuse = 0, handoff = 0, listen_fd = UINT32_MAX;
+  if (read_options(env, argv[0], &cfg, &port, &reuse) || get_prop_u32(env, argv[0], "handoff", &handoff) ||
+      get_prop_u32(env, argv[0], "listenFd", &listen_fd))
     return misuse(env, "numeric options must be non-negative numbers");
   cfg.port = (int)port;
   cfg.reuse_port = reuse != 0;
+  cfg.handoff = handoff != 0;
+  cfg.listen_fd = listen_fd > 0x7fffffff ? -1 : (int)listen_fd;
 
   addon_server *as = calloc(1, sizeof *as);
   if (!as) return num(env, -ENOMEM);
@@ -258,10 +298,7 @@ static napi_value js_create(napi_env env, napi_callback_info info) {
 }
 
 static napi_value js_listen(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  addon_server *as = argc ? get_server(env, argv[0]) : NULL;
+  SERVER_CALL(1, argc > 0);
   if (!as) return misuse(env, "listen(handle)");
   if (as->started || as->closed) return num(env, -EALREADY);
   int port = spw_server_start(as->srv);
@@ -272,10 +309,7 @@ static napi_value js_listen(napi_env env, napi_callback_info info) {
 }
 
 static napi_value js_respond(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  addon_server *as = argc == 4 ? get_server(env, argv[0]) : NULL;
+  SERVER_CALL(4, argc == 4);
   double id;
   void *data;
   size_t len;
@@ -289,10 +323,7 @@ static napi_value js_respond(napi_env env, napi_callback_info info) {
 
 /* cont(handle, id, bodyCap) */
 static napi_value js_continue(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  addon_server *as = argc == 3 ? get_server(env, argv[0]) : NULL;
+  SERVER_CALL(3, argc == 3);
   double id, cap;
   if (!as || napi_get_value_double(env, argv[1], &id) != napi_ok || napi_get_value_double(env, argv[2], &cap) != napi_ok || !(cap >= 0))
     return misuse(env, "cont(handle, id, bodyCap)");
@@ -304,10 +335,7 @@ static napi_value js_continue(napi_env env, napi_callback_info info) {
 
 /* setRoutes(handle, paths: string[], caps: number[]) */
 static napi_value js_set_routes(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  addon_server *as = argc == 3 ? get_server(env, argv[0]) : NULL;
+  SERVER_CALL(3, argc == 3);
   uint32_t n = 0, n2 = 0;
   if (!as || napi_get_array_length(env, argv[1], &n) != napi_ok || napi_get_array_length(env, argv[2], &n2) != napi_ok || n != n2)
     return misuse(env, "setRoutes(handle, paths, caps)");
@@ -345,24 +373,30 @@ static napi_value js_set_routes(napi_env env, napi_callback_info info) {
   return ret;
 }
 
+/* close(handle, graceMs, drain) */
 static napi_value js_close(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  addon_server *as = argc == 2 ? get_server(env, argv[0]) : NULL;
+  SERVER_CALL(3, argc == 3);
   double grace;
-  if (!as || napi_get_value_double(env, argv[1], &grace) != napi_ok || !(grace >= 0)) return misuse(env, "close(handle, graceMs)");
+  bool drain = false;
+  if (!as || napi_get_value_double(env, argv[1], &grace) != napi_ok || !(grace >= 0) ||
+      napi_get_value_bool(env, argv[2], &drain) != napi_ok)
+    return misuse(env, "close(handle, graceMs, drain)");
   if (as->closed) return num(env, -EALREADY);
   if (!as->started) {
     /* Never listened: there is no thread to wait for. */
     as->closed = 1;
-    if (!as->released) {
-      as->released = 1;
-      napi_release_threadsafe_function(as->tsfn, napi_tsfn_release);
-    }
+    release_tsfn(as);
     return num(env, 1);
   }
-  return num(env, spw_server_close(as->srv, grace > 4e9 ? 4000000000u : (uint32_t)grace));
+  return num(env, spw_server_close(as->srv, grace > 4e9 ? 4000000000u : (uint32_t)grace, drain));
+}
+
+/* listenFd(handle) → fd | -1 */
+static napi_value js_listen_fd(napi_env env, napi_callback_info info) {
+  SERVER_CALL(1, argc > 0);
+  if (!as) return misuse(env, "listenFd(handle)");
+  if (!as->started || as->closed) return num(env, -1);
+  return num(env, spw_server_listen_fd(as->srv));
 }
 
 /* probe() → [0] | [-errno, step] */
@@ -419,6 +453,7 @@ NAPI_MODULE_INIT() {
     {"cont", NULL, js_continue, NULL, NULL, NULL, napi_default, NULL},
     {"setRoutes", NULL, js_set_routes, NULL, NULL, NULL, napi_default, NULL},
     {"close", NULL, js_close, NULL, NULL, NULL, napi_default, NULL},
+    {"listenFd", NULL, js_listen_fd, NULL, NULL, NULL, napi_default, NULL},
     {"probe", NULL, js_probe, NULL, NULL, NULL, napi_default, NULL},
     {"strerror", NULL, js_strerror, NULL, NULL, NULL, napi_default, NULL},
     {"liveServers", NULL, js_live_servers, NULL, NULL, NULL, napi_default, NULL},

@@ -3,10 +3,13 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { errors, requireAdminToken } from '@spillway/shared';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { KafkaRangeReader } from '../../history/kafka-range.ts';
+import { historyTopics } from '../../history/topics.ts';
 import type { Runtime } from '../../roles/runtime.ts';
 import { bearer, type Principal, tokenChecker } from '../auth.ts';
 import type { AdminDeps } from '../routes.ts';
 import { SnapshotHub } from './hub.ts';
+import { LatencyTracker } from './latency.ts';
 import { overviewWithRates, RateTracker, tenantWithRates } from './snapshots.ts';
 
 /**
@@ -27,8 +30,14 @@ export async function registerConsole(api: FastifyInstance, rt: Runtime, deps: A
   const isAdmin = tokenChecker(requireAdminToken(rt.config));
   const hub = new SnapshotHub({ periodMs: 1000 });
   const assets = loadAssets();
+  // The tenant streams' latency comes from the attempt history (one Kafka client, made when needed).
+  let kafka: KafkaRangeReader | undefined;
+  const attemptsTopic = historyTopics(rt.config).attempts;
   // An open SSE response would keep server.close() waiting forever: end them first.
-  api.addHook('preClose', async () => hub.close());
+  api.addHook('preClose', async () => {
+    hub.close();
+    await kafka?.close().catch(() => {});
+  });
 
   const principal = async (req: FastifyRequest): Promise<Principal> => {
     const token = bearer(req.headers.authorization);
@@ -131,7 +140,15 @@ export async function registerConsole(api: FastifyInstance, rt: Runtime, deps: A
       await deps.store.requireTenant(tid);
       stream(reply, req, () => {
         const rates = new RateTracker();
-        hub.subscribe(`t:${tid}`, reply.raw, () => tenantWithRates(deps.services, tid, rates));
+        kafka ??= new KafkaRangeReader(rt.kafka);
+        const latency = new LatencyTracker({
+          redis: rt.redis,
+          keys: rt.keys,
+          kafka,
+          topic: attemptsTopic,
+          tenantId: tid,
+        });
+        hub.subscribe(`t:${tid}`, reply.raw, () => tenantWithRates(deps.services, tid, rates, latency));
       });
     },
   );

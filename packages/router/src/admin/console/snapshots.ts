@@ -2,28 +2,18 @@ import type { Keys, RedisClient, Tenant } from '@spillway/shared';
 import { tenantTag } from '@spillway/shared';
 import { firstError, pipelineByTag } from '../../records/pipeline.ts';
 import { readWorkerStats } from '../../records/stats.ts';
-import type { RouterServices, TenantStats } from '../services.ts';
-
-type Breaker = 'closed' | 'half-open' | 'open';
-const RANK: Record<Breaker, number> = { closed: 0, 'half-open': 1, open: 2 };
+import { addWorkerLoad, worseBreaker } from '../router-services.ts';
+import type { EndpointStats, RouterServices, TenantStats } from '../services.ts';
+import type { Latency, LatencyTracker } from './latency.ts';
 
 /** One overview row: what GET /v1/tenants/:tid/stats says, without the per-endpoint list. */
-export interface TenantRow {
+export interface TenantRow extends Omit<TenantStats, 'endpoints' | 'workers'> {
   id: string;
-  status: 'active' | 'paused';
-  credits: { used: number; limit: number };
-  queued: number;
-  inFlight: number;
-  spilled: number;
-  retrying: number;
-  dlq: number;
-  delivered: number;
-  failed: number;
   /** Per second since the previous snapshot of this stream; null in the first one. */
   deliveredRate: number | null;
   failedRate: number | null;
   /** The worst breaker state any worker reports for any endpoint of the tenant. */
-  breaker: Breaker;
+  breaker: EndpointStats['breaker'];
   endpoints: number;
 }
 
@@ -37,6 +27,8 @@ export interface TenantSnapshot extends TenantStats {
   at: number;
   deliveredRate: number | null;
   failedRate: number | null;
+  /** Delivery latency of the attempts logged since the previous snapshot; null when none (or unknown). */
+  latency: Latency | null;
   endpoints: (TenantStats['endpoints'][number] & {
     deliveredRate: number | null;
     failedRate: number | null;
@@ -90,17 +82,11 @@ export async function readOverview(redis: RedisClient, keys: Keys): Promise<Omit
       endpoints: 0,
     };
     const seen = new Set<string>();
-    for (const w of workers) {
-      const wt = w.tenants[tid];
-      if (!wt) continue;
-      row.credits.used += wt.creditsUsed;
-      row.queued += wt.queued;
-      row.inFlight += wt.inFlight;
-      for (const [eid, e] of Object.entries(wt.endpoints)) {
+    for (const { t } of addWorkerLoad(row, workers, tid))
+      for (const [eid, e] of Object.entries(t.endpoints)) {
         seen.add(eid);
-        if (RANK[e.breaker] > RANK[row.breaker]) row.breaker = e.breaker;
+        row.breaker = worseBreaker(row.breaker, e.breaker);
       }
-    }
     row.endpoints = seen.size;
     tenants.push(row);
   });
@@ -154,11 +140,23 @@ export async function tenantWithRates(
   services: RouterServices,
   tid: string,
   rates: RateTracker,
+  latency?: LatencyTracker,
 ): Promise<TenantSnapshot> {
-  const stats = await services.tenantStats(tid);
+  const [stats, lat] = await Promise.all([
+    services.tenantStats(tid),
+    // The history is an extra: when Kafka cannot be read, the numbers still come, without latency.
+    latency ? latency.next().catch(() => null) : null,
+  ]);
   const at = Date.now();
   const endpoints = stats.endpoints.map((e) => ({ ...e, ...rates.rates(at, `ep:${e.id}`, e) }));
-  const snap: TenantSnapshot = { ...stats, id: tid, at, ...rates.rates(at, '', stats), endpoints };
+  const snap: TenantSnapshot = {
+    ...stats,
+    id: tid,
+    at,
+    ...rates.rates(at, '', stats),
+    latency: lat,
+    endpoints,
+  };
   rates.tick(at, ['', ...stats.endpoints.map((e) => `ep:${e.id}`)]);
   return snap;
 }

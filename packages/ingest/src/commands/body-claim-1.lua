@@ -1,0 +1,63 @@
+--[[
+  Claims GitHub/Shopify bodies for the first event id that brings them, for ONE tenant
+  (packages/ingest/src/replay.ts; docs/storage.md, "Body claims"). A claim is a 16-byte entry: the
+  8-byte fingerprint of (source, sha256(body)) then the 8-byte fingerprint of the owner's event id.
+  Entries live in the same slot buckets as the id dedup's fingerprints, written by the same
+  `append` (packages/shared/src/lua/fingerprints.lua, pasted in below). One call checks and inserts a whole batch atomically, so two ingest processes
+  claiming one body at once cannot both own it; claims of one batch see the ones before them.
+  KEYS[1] the tenant's body-claim base ({t:<tenant>}:bc): buckets <base>:<slot>:<epoch>:<n> (STRINGs
+          of 16-byte entries), slot meta <base>:<slot>:m (HASH e0 = first epoch, l = last, n = entries)
+  ARGV[1] bucket TTL in milliseconds (the window plus one slot)
+  ARGV[2] the current slot number
+  ARGV[3] how many earlier slots the window covers
+  ARGV[4] target entries per bucket
+  ARGV    then three per claim: body fingerprint (16 hex), owner fingerprint (16 hex), bucket hash
+          (unsigned 32-bit integer)
+  returns one entry per claim, in order: 0 = ours (claimed now, or already ours: a redelivery), else
+          the owner's fingerprint (16 hex)
+]]
+local base, ttl = KEYS[1], ARGV[1]
+local now, back, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
+--@include fingerprints.lua
+
+local function hex(s)
+  return (s:gsub('.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+
+-- The owner (8 bytes) of body fingerprint `fp` in any bucket of the slots [now - back, now], or nil.
+local function owner(fp, h)
+  for s = now, now - back, -1 do
+    local m = redis.call('HMGET', base .. ':' .. s .. ':m', 'e0', 'l')
+    if m[1] then
+      for e = tonumber(m[1]), tonumber(m[2]) do
+        local v = redis.call('GET', base .. ':' .. s .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e))
+        if v then
+          local i = 1
+          while true do
+            local p = string.find(v, fp, i, true)
+            if not p then break end
+            if (p - 1) % 16 == 0 then return string.sub(v, p + 8, p + 15) end
+            i = p + 1
+          end
+        end
+      end
+    end
+  end
+  return nil
+end
+
+local out = {}
+for i = 5, #ARGV, 3 do
+  local fp, mine, h = bin(ARGV[i]), bin(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local o = owner(fp, h)
+  if not o then
+    append(base, now, fp .. mine, h, per, ttl)
+    out[#out + 1] = 0
+  elseif o == mine then
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = hex(o)
+  end
+end
+return out

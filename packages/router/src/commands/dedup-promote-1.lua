@@ -1,0 +1,33 @@
+--[[
+  Makes the ids of durable events of ONE tenant "seen" for the dedup window: appends each 8-byte
+  fingerprint to its bucket of the current slot and sets the pending marker to "d" for a minute
+  (the fast answer for an immediate retry, and for the worker's own promote at fan-out).
+  With ARGV[5] = 1 (the worker, which may process a job long after the intake promoted it) an id is
+  appended only if it is not seen yet, so a promote run twice never stores a fingerprint twice.
+  KEYS[1] the tenant's dedup base ({t:<tenant>}:dd), layout as in dedup-reserve-1.lua
+  ARGV[1] bucket TTL in milliseconds (the window plus one slot)
+  ARGV[2] the current slot number
+  ARGV[3] how many earlier slots the window covers
+  ARGV[4] target entries per bucket
+  ARGV[5] 1 = check before appending, 0 = the caller reserved these ids itself
+  ARGV    then two per event: fingerprint (16 hex), bucket hash (unsigned 32-bit integer)
+  returns the number of fingerprints appended
+]]
+local base, ttl = KEYS[1], ARGV[1]
+local now, back, per, check = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
+
+--@include fingerprints.lua
+
+local added = 0
+for i = 6, #ARGV, 2 do
+  local hex, h = ARGV[i], tonumber(ARGV[i + 1])
+  local pk = base .. ':p:' .. hex
+  local fp = bin(hex)
+  local skip = check and (redis.call('GET', pk) == 'd' or seen(base, now, back, fp, h))
+  if not skip then
+    append(base, now, fp, h, per, ttl)
+    added = added + 1
+  end
+  redis.call('SET', pk, 'd', 'PX', 60000)
+end
+return added

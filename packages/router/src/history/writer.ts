@@ -1,0 +1,317 @@
+import {
+  type Keys,
+  ListWriter,
+  type Logger,
+  type RedisClient,
+  retryDelayMs,
+  type SpillwayEvent,
+  sleep,
+  tenantTag,
+} from '@spillway/shared';
+import type { Kafka, Message } from 'kafkajs';
+import { type PipeCommands, withCommands } from '../commands/index.ts';
+import { historyDroppedTotal, historyRecordsTotal } from '../metrics.ts';
+import { fingerprint, INDEX_PER_BUCKET, INDEX_SLOT_MS } from '../records/fingerprints.ts';
+import { firstError, groupByTenant, pipelineByTag } from '../records/pipeline.ts';
+import { eventToWire } from '../worker/fanout.ts';
+import { type HistoryTopics, historyPartition, lazyProducer } from './topics.ts';
+import { type AttemptRecord, attemptMember, type EventRecord } from './wire.ts';
+
+/** History records wait this long for company before one produce carries them all. */
+const FLUSH_MS = 20;
+/** Records per flush at most (a busy worker flushes sooner). */
+const MAX_BATCH = 4000;
+/** Bytes of record values per produce request (bodies may be large; see the spill producer). */
+const MAX_SEND_BYTES = 512 * 1024;
+/** Records buffered while Kafka does not answer; past this new ones are dropped and counted. */
+const MAX_BUFFERED = 50_000;
+/** How long a resend/recover operation is kept (its idempotency window). */
+export const OPERATION_TTL_MS = 24 * 3_600_000;
+/** A produce that keeps failing is given up after this many tries (the records are counted dropped). */
+const SEND_TRIES = 6;
+
+/** A record waiting for the next flush; it is serialized only when its send starts. */
+type Item =
+  | { kind: 'e'; tenantId: string; rec: EventRecord; value?: string }
+  | { kind: 'a'; tenantId: string; rec: AttemptRecord; value?: string };
+
+export interface HistoryWriterOptions {
+  kafka: Kafka;
+  redis: RedisClient;
+  keys: Keys;
+  logger: Logger;
+  topics: HistoryTopics;
+  /** Partition counts of the events and attempts topics. */
+  partitions: { events: number; attempts: number };
+  retention: { ms: number; count: number };
+  /**
+   * SPILLWAY_ENDPOINT_DISABLE_AFTER: an endpoint whose attempts have all failed for this long is
+   * reported to `onSustainedFailure` (the worker disables it). Undefined: never.
+   */
+  disableAfterMs?: number;
+  onSustainedFailure?: (tenantId: string, endpointId: string, failingSince: number) => void;
+}
+
+/**
+ * Writes the event log and the attempt history (docs/storage.md). The worker hands it each event it
+ * fans out and each attempt it settles; nothing on the delivery path waits for it. Every FLUSH_MS
+ * (or MAX_BATCH records) ONE produce carries the records of both topics (each tenant's records to
+ * its own partition, so their offsets are known from the acknowledgement), then ONE Redis pipeline
+ * (one Lua call per tenant) merges their offsets into the minute indexes, appends the logged ids to
+ * the event-id index and adds the failed and later attempts to their capped sorted sets.
+ *
+ * History is a record, never an owner: a record Kafka does not take after SEND_TRIES is dropped
+ * and counted (`spillway_history_dropped_total`), as is one that finds MAX_BUFFERED waiting.
+ */
+export class HistoryWriter {
+  readonly #o: HistoryWriterOptions;
+  readonly #redis: ReturnType<typeof withCommands>;
+  readonly #producer: ReturnType<typeof lazyProducer>;
+  #buffered = 0;
+  #closed = false;
+  readonly #writer = new ListWriter<Item>({
+    flushMs: FLUSH_MS,
+    maxItems: MAX_BATCH,
+    serial: true,
+    write: (items) => this.#write(items),
+  });
+
+  constructor(opts: HistoryWriterOptions) {
+    this.#o = opts;
+    this.#redis = withCommands(opts.redis);
+    this.#producer = lazyProducer(opts.kafka);
+  }
+
+  /** A fanned-out event: its body and the endpoints it went to (called once per intake job event). */
+  event(ev: SpillwayEvent, endpointIds: readonly string[]): void {
+    const rec: EventRecord = { ...eventToWire(ev), p: [...endpointIds], at: Date.now() };
+    this.#add({ kind: 'e', tenantId: ev.tenantId, rec });
+  }
+
+  /** One attempt that ended (or a dead letter without one: `endpoint_disabled`). */
+  attempt(rec: AttemptRecord): void {
+    this.#add({ kind: 'a', tenantId: rec.t, rec });
+  }
+
+  #add(item: Item): void {
+    if (this.#closed || this.#buffered >= MAX_BUFFERED) {
+      historyDroppedTotal.inc();
+      return;
+    }
+    this.#buffered++;
+    this.#writer.add(item);
+  }
+
+  async #write(items: Item[]): Promise<void> {
+    try {
+      for (let i = 0; i < items.length; ) {
+        let bytes = 0;
+        const start = i;
+        for (; i < items.length; i++) {
+          const it = items[i]!;
+          it.value ??= JSON.stringify(it.rec);
+          if (i > start && bytes + it.value.length > MAX_SEND_BYTES) break;
+          bytes += it.value.length;
+        }
+        await this.#send(items.slice(start, i));
+      }
+    } finally {
+      this.#buffered -= items.length;
+    }
+  }
+
+  /** One produce for both topics, then one Redis pipeline for the indexes. */
+  async #send(items: Item[]): Promise<void> {
+    const { topics, partitions } = this.#o;
+    const byTopic = { e: [] as Message[], a: [] as Message[] };
+    /** Per item: its partition and its index among the messages to that (topic, partition). */
+    const placed: { partition: number; k: number }[] = [];
+    const counts = new Map<string, number>();
+    for (const it of items) {
+      const partition = historyPartition(
+        it.tenantId,
+        it.kind === 'e' ? partitions.events : partitions.attempts,
+      );
+      const ck = `${it.kind}:${partition}`;
+      const k = counts.get(ck) ?? 0;
+      counts.set(ck, k + 1);
+      placed.push({ partition, k });
+      byTopic[it.kind].push({
+        key: it.tenantId,
+        value: it.value!,
+        partition,
+        timestamp: String(it.rec.at),
+      });
+    }
+    const topicMessages = [
+      ...(byTopic.e.length ? [{ topic: topics.events, messages: byTopic.e }] : []),
+      ...(byTopic.a.length ? [{ topic: topics.attempts, messages: byTopic.a }] : []),
+    ];
+    let meta: { topicName: string; partition: number; baseOffset?: string }[] | undefined;
+    for (let n = 1; meta === undefined; n++) {
+      try {
+        const producer = await this.#producer.get();
+        meta = await producer.sendBatch({ acks: -1, topicMessages });
+      } catch (err) {
+        if (n >= SEND_TRIES || this.#closed) {
+          historyDroppedTotal.inc(items.length);
+          this.#o.logger.warn(
+            { err, records: items.length },
+            'history records dropped: Kafka did not take them',
+          );
+          return;
+        }
+        this.#o.logger.debug({ err, attempt: n }, 'history send failed; retrying');
+        if (n % 3 === 2) await this.#producer.reset();
+        await sleep(retryDelayMs(n));
+      }
+    }
+    historyRecordsTotal.inc({ topic: 'events' }, byTopic.e.length);
+    historyRecordsTotal.inc({ topic: 'attempts' }, byTopic.a.length);
+    const base = new Map<string, bigint>();
+    for (const m of meta)
+      base.set(`${m.topicName === topics.events ? 'e' : 'a'}:${m.partition}`, BigInt(m.baseOffset ?? '-1'));
+    await this.#index(
+      items.map((it, i) => {
+        const b = base.get(`${it.kind}:${placed[i]!.partition}`) ?? -1n;
+        return { it, partition: placed[i]!.partition, offset: b < 0n ? -1n : b + BigInt(placed[i]!.k) };
+      }),
+    );
+  }
+
+  /** The Redis side of one acknowledged send: one Lua call per tenant, plain commands for the sets. */
+  async #index(rows: { it: Item; partition: number; offset: bigint }[]): Promise<void> {
+    const { keys, retention } = this.#o;
+    const ttl = retention.ms + INDEX_SLOT_MS;
+    const now = Date.now();
+    const probes: { tenantId: string; eps: string[]; at: number }[] = [];
+    const res = await pipelineByTag(
+      this.#redis,
+      groupByTenant(
+        rows.filter((r) => r.offset >= 0n),
+        (r) => r.it.tenantId,
+      ),
+      ([tenantId]) => tenantTag(tenantId),
+      (pipe, [tenantId, rs]) => {
+        const from = pipe.length;
+        const ranges = new Map<string, { first: bigint; last: bigint; count: number }>();
+        const ids: (string | number)[] = [];
+        /** Per endpoint: a delivery here ended its run (reset), and when failures began after it. */
+        const health = new Map<string, { reset: boolean; since: number | undefined }>();
+        const zsets = new Map<string, [number, string][]>();
+        /** `<event> <endpoint>` → when it failed for good, or undefined: it answered since. */
+        const failedNow = new Map<string, number | undefined>();
+        const zadd = (key: string, score: number, member: string) => {
+          const l = zsets.get(key);
+          if (l) l.push([score, member]);
+          else zsets.set(key, [[score, member]]);
+        };
+        for (const { it, partition, offset } of rs) {
+          const hour = Math.floor(it.rec.at / INDEX_SLOT_MS);
+          const minute = Math.floor((it.rec.at % INDEX_SLOT_MS) / 60_000);
+          const rk = `${it.kind}\u0000${hour}\u0000${minute}\u0000${partition}`;
+          const r = ranges.get(rk);
+          if (!r) ranges.set(rk, { first: offset, last: offset, count: 1 });
+          else {
+            if (offset < r.first) r.first = offset;
+            if (offset > r.last) r.last = offset;
+            r.count++;
+          }
+          if (it.kind === 'e') {
+            const fp = fingerprint(it.rec.i);
+            ids.push(hour, minute, fp.index, fp.bucket);
+            continue;
+          }
+          const a = it.rec;
+          // Endpoint health: when the current run of failures began; any delivery ends it.
+          const hs = health.get(a.p) ?? { reset: false, since: undefined };
+          health.set(a.p, hs);
+          if (a.o === 'delivered') {
+            hs.reset = true;
+            hs.since = undefined;
+          } else hs.since ??= a.at;
+          if (a.o !== 'delivered') zadd(keys.failedAttempts(tenantId, a.p), a.at, attemptMember(a));
+          else if (a.n > 1 || a.rs || a.lt) zadd(keys.laterAttempts(tenantId, a.p), a.at, attemptMember(a));
+          // The tenant's failed deliveries (event, endpoint) — until one answers after all.
+          if (a.o === 'failed') failedNow.set(`${a.i} ${a.p}`, a.at);
+          else if (a.o === 'delivered' && (a.n > 1 || a.rs)) failedNow.set(`${a.i} ${a.p}`, undefined);
+          // A resend/recover operation's progress: how many of its deliveries ended, and how.
+          if (a.rs && a.o !== 'retrying') {
+            const ok = `${keys.operations(tenantId)}:${a.rs}:n`;
+            pipe.hincrby(ok, a.o, 1);
+            pipe.pexpire(ok, OPERATION_TTL_MS);
+          }
+        }
+        const args: (string | number)[] = [ttl, INDEX_PER_BUCKET, ranges.size];
+        for (const [k, r] of ranges) {
+          const [kind, hour, minute, partition] = k.split('\u0000');
+          args.push(kind!, hour!, minute!, partition!, r.first.toString(), r.last.toString(), r.count);
+        }
+        (pipe as unknown as PipeCommands).historyIndex(
+          keys.eventIdIndex(tenantId),
+          keys.historyMinutes(tenantId, 'events'),
+          keys.historyMinutes(tenantId, 'attempts'),
+          ...args,
+          ...ids,
+        );
+        const fe = keys.failedEvents(tenantId);
+        const answered = [...failedNow].filter(([, at]) => at === undefined).map(([m]) => m);
+        if (answered.length) pipe.zrem(fe, ...answered);
+        for (const [m, at] of failedNow) if (at !== undefined) zadd(fe, at, m);
+        // Capped and aged: at most retention.count members, none older than the retention.
+        for (const [key, members] of zsets) {
+          pipe.zadd(key, ...members.flat());
+          pipe.zremrangebyscore(key, '-inf', now - retention.ms);
+          pipe.zremrangebyrank(key, 0, -(retention.count + 1));
+          pipe.pexpire(key, retention.ms);
+        }
+        // One command per endpoint per flush, whatever its number of attempts.
+        const hk = keys.endpointHealth(tenantId);
+        const failing: string[] = [];
+        for (const [ep, h] of health) {
+          if (h.reset) pipe.hdel(hk, ep);
+          if (h.since !== undefined) {
+            pipe.hsetnx(hk, ep, h.since);
+            failing.push(ep);
+          }
+        }
+        if (failing.length > 0) pipe.pexpire(hk, retention.ms);
+        if (this.#o.disableAfterMs !== undefined && failing.length > 0) {
+          const eps = failing;
+          probes.push({ tenantId, eps, at: pipe.length - from });
+          pipe.hmget(keys.endpointHealth(tenantId), ...eps);
+        }
+      },
+    );
+    const err = firstError(res);
+    if (err) this.#o.logger.warn({ err, records: rows.length }, 'history index write failed');
+    // Endpoints still failing whose run began longer ago than SPILLWAY_ENDPOINT_DISABLE_AFTER.
+    const after = this.#o.disableAfterMs;
+    if (after === undefined) return;
+    const groups = groupByTenant(
+      rows.filter((r) => r.offset >= 0n),
+      (r) => r.it.tenantId,
+    );
+    for (const p of probes) {
+      const g = groups.findIndex(([t]) => t === p.tenantId);
+      const [e, since] = res[g]?.[p.at] ?? [new Error('no reply'), null];
+      if (e) continue;
+      (since as (string | null)[]).forEach((v, k) => {
+        if (v !== null && now - Number(v) >= after)
+          this.#o.onSustainedFailure?.(p.tenantId, p.eps[k]!, Number(v));
+      });
+    }
+  }
+
+  /** Writes what is buffered (tests, shutdown). */
+  flush(): Promise<void> {
+    return this.#writer.flush();
+  }
+
+  async close(): Promise<void> {
+    do await this.#writer.flush();
+    while (this.#writer.busy);
+    this.#closed = true;
+    await this.#producer.close();
+  }
+}

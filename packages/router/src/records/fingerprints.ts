@@ -1,0 +1,42 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * Fingerprints of event ids, the compact form in which Redis remembers them (docs/storage.md):
+ * the dedup window keeps 8 bytes per id, the event-id index 2 bytes plus the minute. Both are
+ * stored in buckets chosen by 32 other bits of the same hash, so the bits of the bucket number
+ * add to the fingerprint's.
+ */
+export interface Fingerprint {
+  /** 8 bytes, hex: what dedup compares. */
+  dedup: string;
+  /** 2 bytes, hex: what the event-id index keeps (a lookup checks the record it points to). */
+  index: string;
+  /** Unsigned 32-bit: which bucket of a slot's epoch the id goes to. */
+  bucket: number;
+}
+
+export function fingerprint(eventId: string): Fingerprint {
+  const d = createHash('sha256').update(eventId).digest();
+  return { dedup: d.toString('hex', 0, 8), index: d.toString('hex', 12, 14), bucket: d.readUInt32BE(8) };
+}
+
+/** Target entries per dedup bucket (8 bytes each: ~2 KiB strings, searched per reserve). */
+export const DEDUP_PER_BUCKET = 256;
+/** Target entries per event-id index bucket (3 bytes each: ~1.5 KiB strings, read only by lookups). */
+export const INDEX_PER_BUCKET = 512;
+/** The event-id index's slots are hours (its entries carry the minute of the hour). */
+export const INDEX_SLOT_MS = 3_600_000;
+
+/**
+ * Dedup slots: about 24 per window (an hour for the default 24 h, at least a minute), so a reserve
+ * searches ~25 slots whatever the window, and an id is remembered for the window and at most one
+ * slot longer.
+ */
+export function dedupSlots(
+  windowMs: number,
+  now = Date.now(),
+): { slot: number; back: number; ttlMs: number } {
+  const slotMs = Math.min(3_600_000, Math.max(60_000, Math.ceil(windowMs / 24)));
+  const back = Math.ceil(windowMs / slotMs);
+  return { slot: Math.floor(now / slotMs), back, ttlMs: (back + 1) * slotMs };
+}

@@ -1,0 +1,101 @@
+import type { Source } from '@spillway/shared';
+import { afterEach, describe, expect, it } from 'vitest';
+import { makeTenant, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
+import { ConfigCache, ConfigStore, type Runtime } from '../src/index.ts';
+
+/**
+ * The one config cache (config/store.ts ConfigCache) on a real Redis: the worker reads tenants and
+ * endpoints through it, ingest reads sources through it. Ingest looks up ids that strangers choose,
+ * so it must stay bounded, and a burst for one cold id must cost one Redis read.
+ */
+const cleanup: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c();
+});
+
+/** A real ConfigStore that counts its source reads and can hold them at a gate. */
+class CountingStore extends ConfigStore {
+  loads = 0;
+  gate: Promise<void> = Promise.resolve();
+  override async getSource(sourceId: string): Promise<Source | undefined> {
+    this.loads++;
+    const read = super.getSource(sourceId);
+    await this.gate;
+    return read;
+  }
+}
+
+async function storeOn(rt: Runtime): Promise<CountingStore> {
+  const store = new CountingStore(rt.redis, rt.keys, rt.secrets);
+  await makeTenant(store, {}, 't1');
+  return store;
+}
+
+async function runtime(): Promise<Runtime> {
+  const rt = routerRuntime();
+  cleanup.push(() => rt.close());
+  return rt;
+}
+
+const source = (id: string, secret: string, tenantId = 't1'): Source => ({
+  id,
+  tenantId,
+  kind: 'github',
+  secret,
+  maxBodyBytes: 1024,
+  createdAt: new Date().toISOString(),
+});
+
+describe('ConfigCache', () => {
+  it('stays bounded under a flood of unknown ids, and shares one load between concurrent lookups', async () => {
+    const rt = await runtime();
+    const store = await storeOn(rt);
+    await store.createSource(source('real', 'whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ='));
+    const cache = new ConfigCache(store, { maxEntries: 100, ttlMs: 60_000 });
+    for (let i = 0; i < 2000; i++) expect(await cache.get(`junk-${i}`)).toBeUndefined();
+    expect(cache.size).toBe(100);
+    store.loads = 0;
+    const all = await Promise.all(Array.from({ length: 50 }, () => cache.get('real')));
+    expect(all.every((s) => s?.id === 'real')).toBe(true);
+    expect(store.loads).toBe(1);
+    await cache.get('real');
+    expect(store.loads).toBe(1);
+  });
+
+  it('a change drops the entry, and a read in flight during the change does not store its stale answer', async () => {
+    const rt = await runtime();
+    const store = await storeOn(rt);
+    const cache = new ConfigCache(store, { ttlMs: 60_000 });
+    await store.createSource(source('a', 'whsec_djEtc2VjcmV0LXNlY3JldC1zZWNyZXQ='));
+    const first = (await cache.get('a'))?.secret;
+    let release: () => void = () => {};
+    store.gate = new Promise((r) => {
+      release = r;
+    });
+    cache.invalidate({ kind: 'source', tenantId: 't1', id: 'a' });
+    const inflight = cache.get('a');
+    // The read has left for Redis; the source changes behind it.
+    await new Promise((r) => setTimeout(r, 20));
+    await rt.redis.hdel(rt.keys.sources, 'a');
+    await store.createSource(source('a', 'whsec_djItc2VjcmV0LXNlY3JldC1zZWNyZXQ='));
+    cache.invalidate({ kind: 'source', tenantId: 't1', id: 'a' });
+    release();
+    expect((await inflight)?.secret).toBe(first);
+    store.gate = Promise.resolve();
+    const now = (await cache.get('a'))?.secret;
+    expect(now).toBe('whsec_djItc2VjcmV0LXNlY3JldC1zZWNyZXQ=');
+    expect(now).not.toBe(first);
+  });
+
+  it('a tenant change drops every source (a tenant deleted with its sources publishes one change)', async () => {
+    const rt = await runtime();
+    const store = await storeOn(rt);
+    const cache = new ConfigCache(store, { ttlMs: 60_000 });
+    await store.createSource(source('s1', 'whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ='));
+    expect((await cache.get('s1'))?.id).toBe('s1');
+    await rt.redis.hdel(rt.keys.sources, 's1');
+    expect((await cache.get('s1'))?.id).toBe('s1');
+    cache.invalidate({ kind: 'tenant', tenantId: 't1', id: 't1' });
+    expect(await cache.get('s1')).toBeUndefined();
+  });
+});
