@@ -27,13 +27,14 @@ const RSS_GROWTH_MAX = 32 * 1024 * 1024;
 /** Alone and flood windows alternate this many times (FLOOD_MS split between them). */
 const ROUNDS = Number(process.env.SPILLWAY_ATTACK_ROUNDS ?? 5);
 /**
- * Issue 20's p99 bound (during ≤ 2 × alone) is asserted only with SPILLWAY_FLOOD_P99_BOUND=1: on the
- * 2-core development host shared with a benchmark it is missed every time (p99 5-8× alone, while the
- * server's own CPU time grows 0-50 %: see docs/ingest.md, "Rapid reset"), so it is a measurement to
- * chase, not a gate yet. With it, a measurement that misses the bound is taken again, up to 3 in all.
+ * Issue 20's p99 bound (during ≤ 2 × alone) is asserted in CI, where this file runs alone: the
+ * suite's runs measured 1.3× (uring) and 1.9× (node) at the first attempt. On the 2-core
+ * development host shared with a benchmark it is missed (p99 5-8× alone, while the server's own CPU
+ * time grows 0-50 %: see docs/ingest.md, "Rapid reset"), so SPILLWAY_FLOOD_P99_BOUND=0 turns the
+ * assertion off there. A measurement that misses the bound is taken again, up to ATTEMPTS in all.
  */
-const ASSERT_P99 = process.env.SPILLWAY_FLOOD_P99_BOUND === '1';
-const ATTEMPTS = ASSERT_P99 ? 3 : 1;
+const ASSERT_P99 = process.env.SPILLWAY_FLOOD_P99_BOUND !== '0';
+const ATTEMPTS = ASSERT_P99 ? 5 : 1;
 
 interface FloodOutcome {
   code?: number;

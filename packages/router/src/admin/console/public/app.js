@@ -1750,13 +1750,16 @@ async function readUnlessStale(path, stale) {
   return stale() ? undefined : item;
 }
 
+/** What an event or endpoint page reports into: its action outcome, its attempts' outcome, an operation's progress. */
+function actionWidgets() {
+  return { out: outcome(), attemptsOut: outcome(), progress: operationProgress() };
+}
+
 async function renderEvent({ tid, eid }, stale) {
   const ev = await readUnlessStale(`/v1/tenants/${enc(tid)}/events/${enc(eid)}`, stale);
   if (!ev) return;
   const admin = isAdmin();
-  const out = outcome();
-  const attemptsOut = outcome();
-  const progress = operationProgress();
+  const { out, attemptsOut, progress } = actionWidgets();
   const tbody = h('tbody');
   // After an action, keep re-reading for a while even if the event looked final before it.
   let watchUntil = 0;
@@ -1867,9 +1870,7 @@ async function renderEvent({ tid, eid }, stale) {
 async function renderEndpoint({ tid, epid }, stale) {
   const ep = await readUnlessStale(`/v1/tenants/${enc(tid)}/endpoints/${enc(epid)}`, stale);
   if (!ep) return;
-  const out = outcome();
-  const attemptsOut = outcome();
-  const progress = operationProgress();
+  const { out, attemptsOut, progress } = actionWidgets();
   const url = h('input', {
     id: 'endpoint-url',
     name: 'url',
