@@ -12,7 +12,7 @@ edge=bpf/.build/spillway-edge
 for f in "$addon" "$edge"; do
   [ -f "$f" ] || { echo "deploy/image/stage.sh: $f not built" >&2; exit 1; }
 done
-files=(package.json pnpm-lock.yaml pnpm-workspace.yaml test/package.json packages/router/bin "$addon" "$edge")
+files=(package.json pnpm-lock.yaml pnpm-workspace.yaml patches test/package.json packages/router/bin "$addon" "$edge")
 for p in shared ingest delivery router; do files+=("packages/$p/package.json" "packages/$p/src"); done
 rm -rf "$out/app"
 mkdir -p "$out/app"

@@ -138,4 +138,43 @@ describe('storage: every Redis key expires or is owned; history is bounded by ti
       'indexed as a later attempt',
     );
   }, 90_000);
+  it("one Kafka message packs a tenant's records of a flush; a page that ends inside one goes on inside it", async () => {
+    const s = await routerHarness(cleanup);
+    const r = await s.receiver();
+    const t = await makeTenant(s.store, { maxInFlight: 500 });
+    const ep = await makeEndpoint(s.store, t.id, r.url);
+    const w = await s.worker();
+    const N = 40;
+    await Promise.all(
+      Array.from({ length: N }, (_, i) => s.services.intake.submit(makeEvent(t.id, `p${i}`))),
+    );
+    await waitFor(() => r.got.size === N, 'delivered');
+    await w.history.flush();
+    // Packed: the 40 events and their 40 attempts are read back from far fewer messages.
+    const b = await scrape();
+    const all = await s.services.history.listEvents(t.id, { limit: 100 });
+    const read =
+      (await scrape()).value('spillway_history_read_records_total') -
+      b.value('spillway_history_read_records_total');
+    expect(all.data).toHaveLength(N);
+    expect(read).toBeLessThan(N);
+    // Pages of 7 walk every event once, newest first, the same order as one page of all.
+    const paged: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await s.services.history.listEvents(t.id, { limit: 7, cursor });
+      expect(page.data.length).toBeLessThanOrEqual(7);
+      paged.push(...page.data.map((e) => e.id));
+      cursor = page.next;
+    } while (cursor);
+    expect(paged).toEqual(all.data.map((e) => e.id));
+    // The endpoint's attempts page the same way.
+    const attempts: string[] = [];
+    do {
+      const page = await s.services.history.endpointAttempts(t.id, ep.id, { limit: 6, cursor });
+      attempts.push(...page.data.map((a) => a.eventId));
+      cursor = page.next;
+    } while (cursor);
+    expect(attempts.sort()).toEqual(Array.from({ length: N }, (_, i) => `p${i}`).sort());
+  });
 });

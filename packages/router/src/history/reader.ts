@@ -4,7 +4,13 @@ import type { Kafka } from 'kafkajs';
 import { fingerprint, INDEX_SLOT_MS } from '../records/fingerprints.ts';
 import { KafkaRangeReader } from './kafka-range.ts';
 import type { HistoryTopics } from './topics.ts';
-import { type AttemptMember, type AttemptRecord, attemptMember, type EventRecord } from './wire.ts';
+import {
+  type AttemptMember,
+  type AttemptRecord,
+  attemptMember,
+  type EventRecord,
+  unpackRecords,
+} from './wire.ts';
 
 /** One attempt as the API shows it. */
 export interface AttemptView {
@@ -74,17 +80,22 @@ function dec<T>(s: string | undefined): T | undefined {
 
 const minuteMs = (m: Pick<Minute, 'hour' | 'minute'>) => m.hour * INDEX_SLOT_MS + m.minute * 60_000;
 
-/** A cursor into a newest-first scan: go on below offset `o` of this minute's partition range. */
+/**
+ * A cursor into a newest-first scan: go on below record `j` of the message at offset `o` of this
+ * minute's partition range (a message packs a tenant's records of one flush; `j` absent: 0).
+ */
 interface Pos {
   h: number;
   m: number;
   p: number;
   o: string;
+  j?: number;
 }
 const posMs = (c: Pos) => c.h * INDEX_SLOT_MS + c.m * 60_000;
 const same = (m: Minute, c: Pos) => minuteMs(m) === posMs(c) && m.partition === c.p;
 /** Whether the minute was fully read by the pages before the cursor (newest-first order). */
-const before = (m: Minute, c: Pos) => minuteMs(m) > posMs(c) || (same(m, c) && m.first >= BigInt(c.o));
+const before = (m: Minute, c: Pos) =>
+  minuteMs(m) > posMs(c) || (same(m, c) && (m.first > BigInt(c.o) || (m.first === BigInt(c.o) && !c.j)));
 
 function toView(a: AttemptRecord): AttemptView {
   const v: AttemptView = {
@@ -204,31 +215,32 @@ export class HistoryReader {
     return order === 'asc' ? out : out.reverse();
   }
 
-  /** Reads one minute of the tenant's records (newest first when `desc`), parsed. */
+  /**
+   * Reads one minute of the tenant's records, oldest first, parsed and unpacked; with `below`, only
+   * those before record `j` of the message at offset `o`. `budget` counts records read (a message
+   * of another tenant counts one).
+   */
   async #readMinute<T extends { t: string }>(
     kind: 'events' | 'attempts',
     tenantId: string,
     m: Minute,
     budget: { left: number },
-    below?: bigint,
-  ): Promise<{ offset: bigint; rec: T }[]> {
+    below?: { o: bigint; j: number },
+  ): Promise<{ offset: bigint; j: number; rec: T }[]> {
     const topic = kind === 'events' ? this.#topics.events : this.#topics.attempts;
-    const out: { offset: bigint; rec: T }[] = [];
-    const to = below !== undefined && below - 1n < m.last ? below - 1n : m.last;
-    if (to < m.first) return out;
-    const n = await this.#kafka.read(
-      topic,
-      m.partition,
-      m.first,
-      to,
-      (r) => {
-        if (r.key !== tenantId) return;
-        const rec = JSON.parse(r.value.toString()) as T;
-        if (rec.t === tenantId) out.push({ offset: r.offset, rec });
-      },
-      Math.max(1, budget.left),
-    );
-    budget.left -= n;
+    const out: { offset: bigint; j: number; rec: T }[] = [];
+    const end = below === undefined ? m.last : below.j > 0 ? below.o : below.o - 1n;
+    const to = end < m.last ? end : m.last;
+    if (to < m.first || budget.left <= 0) return out;
+    await this.#kafka.read(topic, m.partition, m.first, to, (r) => {
+      if (r.key !== tenantId) return --budget.left > 0;
+      const recs = unpackRecords<T>(r.value);
+      const n = below && r.offset === below.o ? Math.min(below.j, recs.length) : recs.length;
+      for (let j = 0; j < n; j++)
+        if (recs[j]!.t === tenantId) out.push({ offset: r.offset, j, rec: recs[j]! });
+      budget.left -= Math.max(1, recs.length);
+      return budget.left > 0;
+    });
     return out;
   }
 
@@ -253,9 +265,14 @@ export class HistoryReader {
         scan.cut = true;
         return;
       }
-      const below = cur && same(m, cur) ? BigInt(cur.o) : undefined;
-      for (const { offset, rec } of (await this.#readMinute<T>(kind, tenantId, m, budget, below)).reverse())
-        yield { rec, pos: { h: m.hour, m: m.minute, p: m.partition, o: offset.toString() } };
+      const below = cur && same(m, cur) ? { o: BigInt(cur.o), j: cur.j ?? 0 } : undefined;
+      for (const { offset, j, rec } of (
+        await this.#readMinute<T>(kind, tenantId, m, budget, below)
+      ).reverse())
+        yield {
+          rec,
+          pos: { h: m.hour, m: m.minute, p: m.partition, o: offset.toString(), ...(j ? { j } : {}) },
+        };
     }
   }
 

@@ -56,3 +56,13 @@ export function attemptMember(a: AttemptRecord): string {
   if (a.rs) m.push(a.rs);
   return JSON.stringify(m);
 }
+
+/**
+ * The records of one history message. The writer packs a tenant's records of one flush and one
+ * minute into one Kafka message (a JSON array, docs/storage.md); a message holding one bare record
+ * is read as a batch of one.
+ */
+export function unpackRecords<T>(value: Buffer): T[] {
+  const v = JSON.parse(value.toString()) as T | T[];
+  return Array.isArray(v) ? v : [v];
+}

@@ -120,29 +120,48 @@ export class HistoryWriter {
     }
   }
 
-  /** One produce for both topics, then one Redis pipeline for the indexes. */
+  /**
+   * One produce for both topics, then one Redis pipeline for the indexes. A tenant's records of one
+   * kind and one minute travel as ONE Kafka message (a JSON array the reader flattens): kafkajs
+   * encodes a record's framing, headers and varints per message, so at 1 endpoint/event two
+   * messages per delivery were a fifth of the worker's CPU (docs/benchmarks/profile.md).
+   */
   async #send(items: Item[]): Promise<void> {
     const { topics, partitions } = this.#o;
-    const byTopic = { e: [] as Message[], a: [] as Message[] };
-    /** Per item: its partition and its index among the messages to that (topic, partition). */
+    /** Per item: its partition and its message's index among the messages to that (topic, partition). */
     const placed: { partition: number; k: number }[] = [];
     const counts = new Map<string, number>();
+    const packs = new Map<
+      string,
+      { kind: 'e' | 'a'; tenantId: string; at: number; partition: number; k: number; values: string[] }
+    >();
+    const records = { e: 0, a: 0 };
     for (const it of items) {
-      const partition = historyPartition(
-        it.tenantId,
-        it.kind === 'e' ? partitions.events : partitions.attempts,
-      );
-      const ck = `${it.kind}:${partition}`;
-      const k = counts.get(ck) ?? 0;
-      counts.set(ck, k + 1);
-      placed.push({ partition, k });
-      byTopic[it.kind].push({
-        key: it.tenantId,
-        value: it.value!,
-        partition,
-        timestamp: String(it.rec.at),
-      });
+      records[it.kind]++;
+      const gk = `${it.kind}\u0000${it.tenantId}\u0000${Math.floor(it.rec.at / 60_000)}`;
+      let g = packs.get(gk);
+      if (!g) {
+        const partition = historyPartition(
+          it.tenantId,
+          it.kind === 'e' ? partitions.events : partitions.attempts,
+        );
+        const ck = `${it.kind}:${partition}`;
+        const k = counts.get(ck) ?? 0;
+        counts.set(ck, k + 1);
+        g = { kind: it.kind, tenantId: it.tenantId, at: it.rec.at, partition, k, values: [] };
+        packs.set(gk, g);
+      }
+      g.values.push(it.value!);
+      placed.push({ partition: g.partition, k: g.k });
     }
+    const byTopic = { e: [] as Message[], a: [] as Message[] };
+    for (const g of packs.values())
+      byTopic[g.kind].push({
+        key: g.tenantId,
+        value: g.values.length === 1 ? g.values[0]! : `[${g.values.join(',')}]`,
+        partition: g.partition,
+        timestamp: String(g.at),
+      });
     const topicMessages = [
       ...(byTopic.e.length ? [{ topic: topics.events, messages: byTopic.e }] : []),
       ...(byTopic.a.length ? [{ topic: topics.attempts, messages: byTopic.a }] : []),
@@ -166,8 +185,8 @@ export class HistoryWriter {
         await sleep(retryDelayMs(n));
       }
     }
-    historyRecordsTotal.inc({ topic: 'events' }, byTopic.e.length);
-    historyRecordsTotal.inc({ topic: 'attempts' }, byTopic.a.length);
+    historyRecordsTotal.inc({ topic: 'events' }, records.e);
+    historyRecordsTotal.inc({ topic: 'attempts' }, records.a);
     const base = new Map<string, bigint>();
     for (const m of meta)
       base.set(`${m.topicName === topics.events ? 'e' : 'a'}:${m.partition}`, BigInt(m.baseOffset ?? '-1'));

@@ -1,6 +1,6 @@
 import type { Keys, RedisClient } from '@spillway/shared';
 import type { KafkaRangeReader } from '../../history/kafka-range.ts';
-import type { AttemptRecord } from '../../history/wire.ts';
+import { type AttemptRecord, unpackRecords } from '../../history/wire.ts';
 import { INDEX_SLOT_MS } from '../../records/fingerprints.ts';
 
 /** Delivery latency of the attempts that ended since the previous tick (ms); null when none did. */
@@ -12,8 +12,10 @@ export interface Latency {
   max: number;
 }
 
-/** Records one tick reads from Kafka at most (per minute range): the newest, as a sample. */
+/** Attempts one tick samples at most (per minute range). */
 const MAX_SAMPLE = 2000;
+/** Messages one tick reads at most (per minute range): the newest. A message packs one flush's attempts. */
+const MAX_MESSAGES = 200;
 /** Minutes of the attempt index looked at: the current one and the one before. */
 const WINDOW_MS = 2 * 60_000;
 
@@ -82,8 +84,8 @@ export class LatencyTracker {
       if (!primed) continue;
       const from = prev === undefined ? r.first : prev + 1n;
       if (from > r.last) continue;
-      // Only the newest MAX_SAMPLE records of a busy minute: the latency of "now", not a backlog.
-      const tail = r.last - BigInt(MAX_SAMPLE - 1);
+      // Only the newest messages of a busy minute: the latency of "now", not a backlog.
+      const tail = r.last - BigInt(MAX_MESSAGES - 1);
       await this.#kafka.read(
         this.#topic,
         r.partition,
@@ -91,12 +93,14 @@ export class LatencyTracker {
         r.last,
         (rec) => {
           if (rec.key !== this.#tid) return;
-          const a = JSON.parse(rec.value.toString()) as AttemptRecord;
-          if (a.t !== this.#tid) return;
-          n++;
-          ms.push(a.ms);
+          for (const a of unpackRecords<AttemptRecord>(rec.value)) {
+            if (a.t !== this.#tid) continue;
+            n++;
+            ms.push(a.ms);
+          }
+          return ms.length < MAX_SAMPLE;
         },
-        MAX_SAMPLE,
+        MAX_MESSAGES,
       );
     }
     this.#seen = seen;
