@@ -24,10 +24,11 @@ for i = 6, #ARGV, 2 do
   local pk = base .. ':p:' .. hex
   local fp = bin(hex)
   local skip = check and (redis.call('GET', pk) == 'd' or seen(base, now, back, fp, h))
+  -- Already seen (the intake's promote took): nothing to write, not even the marker again.
   if not skip then
     append(base, now, fp, h, per, ttl)
     added = added + 1
+    redis.call('SET', pk, 'd', 'PX', 60000)
   end
-  redis.call('SET', pk, 'd', 'PX', 60000)
 end
 return added

@@ -38,6 +38,7 @@ end
 for i = 4 + nr * 7, #ARGV, 4 do
   local slot, minute, hex, hb = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3])
   local entry = string.char(tonumber(hex:sub(1, 2), 16), tonumber(hex:sub(3, 4), 16), minute)
-  append(KEYS[1], slot, entry, hb, per, ttl)
+  append_buffered(KEYS[1], slot, entry, hb, per)
 end
+flush_appends(ttl)
 return nr

@@ -57,3 +57,54 @@ local function append(base, slot, entry, h, per, ttl)
   local k = base .. ':' .. slot .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e)
   redis.call('SET', k, (redis.call('GET', k) or '') .. entry, 'PX', ttl)
 end
+
+-- append() for a script that only writes (history-index-3): each slot's hash is read once and
+-- written once, and each bucket read once and rewritten once, by flush_appends(), which the
+-- script calls before it returns. A script that reads buckets between appends (the dedup and
+-- body-claim scripts) uses append(), which writes at once.
+local slots, buckets, order = {}, {}, {}
+local function append_buffered(base, slot, entry, h, per)
+  local meta = base .. ':' .. slot .. ':m'
+  local m = slots[meta]
+  if not m then
+    local v = redis.call('HMGET', meta, 'e0', 'l', 'n')
+    local e0 = tonumber(v[1])
+    m = { key = meta, new = not e0, added = 0, n = tonumber(v[3] or '0') }
+    if not e0 then
+      local prev = tonumber(redis.call('HGET', base .. ':' .. (slot - 1) .. ':m', 'n') or '0')
+      e0 = 0
+      while per * 2 ^ e0 < prev and e0 < 20 do e0 = e0 + 1 end
+    end
+    m.e0, m.l, m.l0 = e0, tonumber(v[2]) or e0, tonumber(v[2]) or e0
+    slots[meta] = m
+    order[#order + 1] = m
+  end
+  m.added = m.added + 1
+  local e, cap = m.e0, per * 2 ^ m.e0
+  while m.n + m.added > cap and e < 24 do
+    e = e + 1
+    cap = cap + per * 2 ^ e
+  end
+  if e > m.l then m.l = e end
+  local k = base .. ':' .. slot .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e)
+  local b = buckets[k]
+  if not b then
+    b = { redis.call('GET', k) or '' }
+    buckets[k] = b
+    order[#order + 1] = k
+  end
+  b[#b + 1] = entry
+end
+
+local function flush_appends(ttl)
+  for _, x in ipairs(order) do
+    if type(x) == 'string' then
+      redis.call('SET', x, table.concat(buckets[x]), 'PX', ttl)
+    else
+      if x.new then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l)
+      elseif x.l > x.l0 then redis.call('HSET', x.key, 'l', x.l) end
+      redis.call('HINCRBY', x.key, 'n', x.added)
+      redis.call('PEXPIRE', x.key, ttl)
+    end
+  end
+end

@@ -1,0 +1,67 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { testEnv } from '../../../test/helpers/env.ts';
+
+/**
+ * The fingerprint-bucket helpers of packages/shared/src/lua/fingerprints.lua on a real Redis:
+ * `append_buffered` + `flush_appends` (history-index-3.lua) must leave exactly the keys, values and
+ * TTLs that one `append` per entry leaves (the dedup and body-claim scripts), across epoch growth
+ * inside one call and across calls, and a new slot's start epoch taken from the slot before.
+ */
+const lib = readFileSync(new URL('../../shared/src/lua/fingerprints.lua', import.meta.url), 'utf8');
+const SCRIPT = `${lib}
+local mode, base, ttl, per = ARGV[1], KEYS[1], ARGV[2], tonumber(ARGV[3])
+for i = 4, #ARGV, 3 do
+  if mode == 'b' then append_buffered(base, tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), per)
+  else append(base, tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), per, ttl) end
+end
+if mode == 'b' then flush_appends(ttl) end
+return 1`;
+
+const redis = new Redis(testEnv().SPILLWAY_REDIS_URL!);
+afterAll(() => redis.disconnect());
+
+async function dump(base: string): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  for (const k of await redis.keys(`${base}:*`)) {
+    const rel = k.slice(base.length);
+    const type = await redis.type(k);
+    out[rel] =
+      type === 'hash' ? await redis.hgetall(k) : await redis.getBuffer(k).then((b) => b?.toString('hex'));
+    expect(await redis.pttl(k), `${rel} has a TTL`).toBeGreaterThan(0);
+  }
+  return out;
+}
+
+describe('fingerprint buckets (fingerprints.lua)', () => {
+  it('a buffered flush writes what one append per entry writes', async () => {
+    const tag = randomBytes(4).toString('hex');
+    const immediate = `{fp-${tag}}:a`;
+    const buffered = `{fp-${tag}}:b`;
+    const PER = 3;
+    // Calls of 1 to 300 entries over slots 100-102: epochs grow inside a call and between calls.
+    for (const [slot, n] of [
+      [100, 1],
+      [100, 20],
+      [100, 300],
+      [101, 5],
+      [101, 120],
+      [102, 40],
+    ] as const) {
+      const args: (string | number)[] = [];
+      for (let i = 0; i < n; i++)
+        args.push(slot, randomBytes(3).toString('latin1'), randomBytes(4).readUInt32BE());
+      await redis.eval(SCRIPT, 1, immediate, 'i', 60_000, PER, ...args);
+      await redis.eval(SCRIPT, 1, buffered, 'b', 60_000, PER, ...args);
+    }
+    const a = await dump(immediate);
+    const b = await dump(buffered);
+    expect(Object.keys(a).length).toBeGreaterThan(10);
+    // A later epoch was reached, and slot 101 started past epoch 0 (slot 100 held 321 entries).
+    expect(Number((a[':100:m'] as Record<string, string>).l)).toBeGreaterThan(3);
+    expect(Number((a[':101:m'] as Record<string, string>).e0)).toBeGreaterThan(0);
+    expect(b).toEqual(a);
+  });
+});
