@@ -2,8 +2,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adminCall, type StartedRouter, startRouter } from '../helpers/router-started.ts';
-import { spawnSpillway } from '../helpers/spawn.ts';
+import { adminCall, adminCli, type StartedRouter, startRouter } from '../helpers/router-started.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
 
 /**
@@ -19,6 +18,7 @@ interface Hit {
   headers: http.IncomingHttpHeaders;
 }
 const hits: Hit[] = [];
+const LONG = `x${'é'.repeat(3000)}`;
 let failing = true;
 
 beforeAll(async () => {
@@ -26,6 +26,11 @@ beforeAll(async () => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
+      if (req.url === '/long') {
+        // A long answer whose 1,024th byte falls inside a 2-byte character.
+        res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(LONG);
+        return;
+      }
       const ok = !failing || req.url === '/always-ok';
       if (ok)
         hits.push({
@@ -55,11 +60,7 @@ const token = () => router.env.SPILLWAY_ADMIN_TOKEN!;
 
 const call = (...a: Parameters<ReturnType<typeof adminCall>>) => adminCall(router)(...a);
 
-async function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  const p = spawnSpillway(args, { SPILLWAY_ADMIN_URL: router.base, SPILLWAY_ADMIN_TOKEN: token() });
-  const code = await p.exited;
-  return { code, out: p.stdout(), err: p.stderr() };
-}
+const cli = (args: string[]) => adminCli(router, args);
 
 describe('resend, test send and the history CLI', () => {
   it('test send: a signed example event, answered with status, latency and the body excerpt', async () => {
@@ -99,6 +100,24 @@ describe('resend, test send and the history CLI', () => {
     const c = await cli(['endpoints', 'test', tid, 'probe']);
     expect(c.code).toBe(0);
     expect(c.out).toMatch(/status\s+delivered/);
+  });
+
+  it('an attempt keeps the first 1 KiB of the response body, a character cut at the edge replaced', async () => {
+    const tid = `lx-${randomBytes(3).toString('hex')}`;
+    await call('POST', '/v1/tenants', { id: tid });
+    await call('POST', `/v1/tenants/${tid}/endpoints`, { id: 'long', url: `${base}/long` });
+    expect(
+      (await call('POST', `/v1/tenants/${tid}/events`, { id: 'l1', type: 't', payload: {} })).status,
+    ).toBe(202);
+    const kept = `x${'é'.repeat(511)}\ufffd`;
+    expect(Buffer.byteLength(LONG)).toBeGreaterThan(6000);
+    const a = await waitFor(async () => {
+      const r = await call('GET', `/v1/tenants/${tid}/events/l1/attempts`);
+      return r.body.data?.[0]?.response ? r.body.data[0] : undefined;
+    }, 'attempt recorded');
+    expect(a).toMatchObject({ status: 'delivered', httpStatus: 200, response: kept });
+    // The endpoint test send keeps the same excerpt.
+    expect((await call('POST', `/v1/tenants/${tid}/endpoints/long/test`)).body.response).toBe(kept);
   });
 
   it('resend one event to all or one endpoint, idempotent per request id; the CLI lists events and attempts and shows progress', async () => {

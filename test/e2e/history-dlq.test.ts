@@ -9,7 +9,7 @@ import {
   routerHarness,
   startReceiver,
 } from '../helpers/router-fixtures.ts';
-import { adminCall, type StartedRouter, startRouter } from '../helpers/router-started.ts';
+import { adminCall, adminCli, type StartedRouter, startRouter } from '../helpers/router-started.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -131,6 +131,26 @@ describe('DLQ: bounded, archived, paged, purged', () => {
       'all failed',
       60_000,
     );
+    // The CLI pages the same way: a page of 1,000, the total, and the cursor to go on with.
+    const first = await adminCli(router, ['dlq', 'list', tid, '--endpoint', 'a', '--limit', '1000']);
+    expect(first.code).toBe(0);
+    const more = /(\d+) in the DLQ; more: --cursor (\S+)/.exec(first.out);
+    expect(more?.[1]).toBe(String(N));
+    expect(first.out.trim().split('\n')).toHaveLength(1 + 1000 + 1); // header, rows, total line
+    const second = await adminCli(router, [
+      'dlq',
+      'list',
+      tid,
+      '--endpoint',
+      'a',
+      '--limit',
+      '1000',
+      '--cursor',
+      more![2]!,
+    ]);
+    expect(second.code).toBe(0);
+    expect(second.out.trim().split('\n')).toHaveLength(1 + (N - 1000) + 1);
+    expect(second.out).toMatch(new RegExp(`${N} in the DLQ\n$`));
     const seen: string[] = [];
     let cursor: string | undefined;
     let pages = 0;
@@ -147,7 +167,8 @@ describe('DLQ: bounded, archived, paged, purged', () => {
     expect(pages).toBeGreaterThanOrEqual(2);
     expect(new Set(seen).size).toBe(N);
     // Purge one endpoint, then all.
-    expect((await call('DELETE', `/v1/tenants/${tid}/dlq?endpointId=b`)).body).toEqual({ purged: 100 });
+    const purgeB = await adminCli(router, ['dlq', 'purge', tid, '--endpoint', 'b']);
+    expect(purgeB).toMatchObject({ code: 0, out: 'purged 100\n' });
     expect((await call('GET', `/v1/tenants/${tid}/dlq?limit=1`)).body.total).toBe(N);
     expect((await call('DELETE', `/v1/tenants/${tid}/dlq?endpointId=nope`)).status).toBe(404);
     // Replay reports progress past 1,000.

@@ -2,6 +2,7 @@ import { type Role, type Started, start } from '@spillway/router/testing';
 import { createKeys, type Keys } from '@spillway/shared';
 import { Redis } from 'ioredis';
 import { testEnv } from './env.ts';
+import { spawnSpillway } from './spawn.ts';
 
 /** A real `start(role)` on the suite's Redis and Kafka, with what the admin tests reach for. */
 export interface StartedRouter {
@@ -63,4 +64,17 @@ export function adminCall(r: StartedRouter, token?: string) {
     const text = await res.text();
     return { status: res.status, body: text ? JSON.parse(text) : undefined };
   };
+}
+
+/** Runs the `spillway` CLI against the router's admin API (its admin token). */
+export async function adminCli(
+  r: StartedRouter,
+  args: string[],
+): Promise<{ code: number | null; out: string; err: string }> {
+  const p = spawnSpillway(args, {
+    SPILLWAY_ADMIN_URL: r.base,
+    SPILLWAY_ADMIN_TOKEN: r.env.SPILLWAY_ADMIN_TOKEN!,
+  });
+  const code = await p.exited;
+  return { code, out: p.stdout(), err: p.stderr() };
 }
