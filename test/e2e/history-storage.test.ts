@@ -26,6 +26,14 @@ const OWNED = [
   /^\{[^}]+\}:(intake|retry):/,
 ];
 
+/** What `fn` answered, and how many history messages it read back from Kafka. */
+async function readsDuring<T>(fn: () => Promise<T>): Promise<[T, number]> {
+  const before = await scrape();
+  const out = await fn();
+  const read = (await scrape()).value('spillway_history_read_records_total');
+  return [out, read - before.value('spillway_history_read_records_total')];
+}
+
 describe('storage: every Redis key expires or is owned; history is bounded by time and count', () => {
   it('after accepts, deliveries, retries, dead letters and a replay, every key the history wrote has a TTL', async () => {
     const s = await routerHarness(cleanup, {
@@ -108,22 +116,15 @@ describe('storage: every Redis key expires or is owned; history is bounded by ti
     await waitFor(() => r.got.size === 2005, 'busy delivered', 60_000);
     await w.history.flush();
 
-    const before = await scrape();
-    const page = await s.services.history.listEvents(quiet.id, { limit: 50 });
-    const read =
-      (await scrape()).value('spillway_history_read_records_total') -
-      before.value('spillway_history_read_records_total');
+    const [page, read] = await readsDuring(() => s.services.history.listEvents(quiet.id, { limit: 50 }));
     expect(page.data.map((e) => e.id)).toEqual(['quiet-4', 'quiet-3', 'quiet-2', 'quiet-1', 'quiet-0']);
     expect(page.data.every((e) => e.status === 'delivered')).toBe(true);
     // Its 5 events and their 5 attempts; the busy tenant's 4,000 records on the partition stay unread.
     expect(read).toBeLessThanOrEqual(20);
     // The same for one event by id.
-    const b2 = await scrape();
-    expect((await s.services.getEvent(quiet.id, 'quiet-2'))?.deliveries[0]?.status).toBe('delivered');
-    expect(
-      (await scrape()).value('spillway_history_read_records_total') -
-        b2.value('spillway_history_read_records_total'),
-    ).toBeLessThanOrEqual(20);
+    const [one, readOne] = await readsDuring(() => s.services.getEvent(quiet.id, 'quiet-2'));
+    expect(one?.deliveries[0]?.status).toBe('delivered');
+    expect(readOne).toBeLessThanOrEqual(20);
     // A first attempt long after the accept (a pause, a backlog) is indexed, so the event view finds it.
     const old = { ...makeEvent(quiet.id, 'quiet-late'), receivedAt: Date.now() - 600_000 };
     await s.services.intake.submit(old);
@@ -151,11 +152,7 @@ describe('storage: every Redis key expires or is owned; history is bounded by ti
     await waitFor(() => r.got.size === N, 'delivered');
     await w.history.flush();
     // Packed: the 40 events and their 40 attempts are read back from far fewer messages.
-    const b = await scrape();
-    const all = await s.services.history.listEvents(t.id, { limit: 100 });
-    const read =
-      (await scrape()).value('spillway_history_read_records_total') -
-      b.value('spillway_history_read_records_total');
+    const [all, read] = await readsDuring(() => s.services.history.listEvents(t.id, { limit: 100 }));
     expect(all.data).toHaveLength(N);
     expect(read).toBeLessThan(N);
     // Pages of 7 walk every event once, newest first, the same order as one page of all.

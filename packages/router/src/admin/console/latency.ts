@@ -3,6 +3,13 @@ import type { KafkaRangeReader } from '../../history/kafka-range.ts';
 import { type AttemptRecord, unpackRecords } from '../../history/wire.ts';
 import { INDEX_SLOT_MS } from '../../records/fingerprints.ts';
 
+/** Attempts one tick samples at most (per minute range). */
+const MAX_SAMPLE = 2000;
+/** Messages one tick reads at most (per minute range): the newest. A message packs one flush's attempts. */
+const MAX_MESSAGES = 200;
+/** Minutes of the attempt index looked at: the current one and the one before. */
+const WINDOW_MS = 2 * 60_000;
+
 /** Delivery latency of the attempts that ended since the previous tick (ms); null when none did. */
 export interface Latency {
   /** Attempts it covers (at most MAX_SAMPLE of them are read). */
@@ -11,13 +18,6 @@ export interface Latency {
   p95: number;
   max: number;
 }
-
-/** Attempts one tick samples at most (per minute range). */
-const MAX_SAMPLE = 2000;
-/** Messages one tick reads at most (per minute range): the newest. A message packs one flush's attempts. */
-const MAX_MESSAGES = 200;
-/** Minutes of the attempt index looked at: the current one and the one before. */
-const WINDOW_MS = 2 * 60_000;
 
 const quantile = (sorted: number[], q: number) =>
   sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
