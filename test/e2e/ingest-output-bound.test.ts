@@ -101,17 +101,12 @@ for (const backend of ['uring', 'node'] as const) {
         }
       });
 
-      // KNOWN OPEN (issue 15): on the node backend node:http parses a whole 64 KiB read of
-      // pipelined requests (~2,300 here) before any handler can stop it, and V8 keeps the old
-      // space their garbage grew (heap used falls back, heap total does not): RSS rose 0.4–77 MiB
-      // over the attack in runs on this machine (bimodal). A node backend that fed node:http 1 KiB
-      // slices through a metered Duplex held it to +6–15 MiB, but made SIGUSR2 handovers time
-      // out requests (948–4,900 per 5 handovers, against 0–12 without it) and was reverted on
-      // 2026-12-02 (commits 5a9618c..2233eee hold it). Until the node backend reads in smaller
-      // slices without that, this variant is skipped here and reported as open, not as passing;
-      // SPILLWAY_OUTPUT_BOUND_NODE=1 runs it.
-      const skipNode = backend === 'node' && process.env.SPILLWAY_OUTPUT_BOUND_NODE !== '1';
-      it.skipIf(skipNode)(
+      // On the node backend node:http parsed a whole 64 KiB read of pipelined requests (~2,300
+      // here) before any handler could stop it, and V8 kept the heap their garbage grew: RSS rose
+      // 0.4-77 MiB over the attack. The h1 server now feeds node:http its reads in 8 KiB slices
+      // and stops between them once the socket is paused or destroyed (sliceReads in
+      // packages/ingest/src/backends/h1.ts).
+      it(
         `RSS grows < 32 MiB over ${ATTACK_MS} ms and a signed sender keeps getting 202`,
         async () => {
           const ingestPort = await freePort();

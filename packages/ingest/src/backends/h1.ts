@@ -31,6 +31,50 @@ const outstanding = new WeakMap<Socket, number>();
 /** Sockets answered with `connection: close`: requests pipelined behind that answer are dropped unread. */
 const closing = new WeakSet<Socket>();
 
+/** Bytes node:http parses at a time (about 290 pipelined `GET /` heads); see sliceReads. */
+const READ_SLICE = 8 * 1024;
+
+/**
+ * node:http parses all that one read brings (64 KiB: ~2,300 pipelined `GET /` heads) before any
+ * handler can stop it; a client that pipelines and never reads the answers so made every read
+ * cost thousands of request and response objects, and V8 kept the heap they grew (issue 15). This
+ * feeds node:http's own 'data' listener READ_SLICE bytes at a time and stops between slices once
+ * the socket is paused (its answers wait unsent: the handler or node:http paused it) or destroyed
+ * (too many pipelined); the rest waits for the 'resume'. The socket stays the real one (a wrapping
+ * Duplex broke the SIGUSR2 handover). Returns false when node:http's listener is not where this
+ * Node puts it (then reads are not sliced; the test of this module fails).
+ */
+export function sliceReads(socket: Socket): boolean {
+  const listeners = socket.listeners('data');
+  const nodeOnData = listeners.at(-1) as ((d: Buffer) => void) | undefined;
+  if (listeners.length !== 1 || nodeOnData?.name !== 'bound socketOnData') return false;
+  socket.removeListener('data', nodeOnData);
+  let held: Buffer | undefined;
+  const feed = (data: Buffer) => {
+    let d = data;
+    if (held) {
+      d = Buffer.concat([held, d]);
+      held = undefined;
+    }
+    for (let off = 0; off < d.length; ) {
+      if (socket.destroyed) return;
+      if (socket.isPaused()) {
+        held = d.subarray(off);
+        return;
+      }
+      const end = Math.min(d.length, off + READ_SLICE);
+      nodeOnData(off === 0 && end === d.length ? d : d.subarray(off, end));
+      off = end;
+    }
+  };
+  socket.on('data', feed);
+  // 'resume' comes just before the stream flows again: what was held goes first, in order.
+  socket.on('resume', () => {
+    if (held) feed(Buffer.alloc(0));
+  });
+  return true;
+}
+
 function headOf(req: http.IncomingMessage): RequestHead {
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(req.headers)) {
@@ -144,6 +188,8 @@ export function createHttp1(opts: Http1Options): http.Server {
       void onRequest(req, res);
     },
   );
+  // After node:http's own connection listener, which attached its 'data' listener.
+  server.on('connection', (socket: Socket) => void sliceReads(socket));
   // node:http tracks connections for its header and request timeouts from 'listening' on; this
   // server never listens (the front door hands it its connections), so start the tracking here.
   server.emit('listening');
