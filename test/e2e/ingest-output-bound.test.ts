@@ -106,79 +106,76 @@ for (const backend of ['uring', 'node'] as const) {
       // 0.4-77 MiB over the attack. The h1 server now feeds node:http its reads in 8 KiB slices
       // and stops between them once the socket is paused or destroyed (sliceReads in
       // packages/ingest/src/backends/h1.ts).
-      it(
-        `RSS grows < 32 MiB over ${ATTACK_MS} ms and a signed sender keeps getting 202`,
-        async () => {
-          const ingestPort = await freePort();
-          const env = testEnv({
-            SPILLWAY_INGEST_BACKEND: backend,
-            SPILLWAY_INGEST_PORT: String(ingestPort),
-            SPILLWAY_LOG_LEVEL: 'error',
-          });
-          const { sourceId, redis } = await seedGithubSource(env);
-          cleanups.push(() => void redis.disconnect());
+      it(`RSS grows < 32 MiB over ${ATTACK_MS} ms and a signed sender keeps getting 202`, async () => {
+        const ingestPort = await freePort();
+        const env = testEnv({
+          SPILLWAY_INGEST_BACKEND: backend,
+          SPILLWAY_INGEST_PORT: String(ingestPort),
+          SPILLWAY_LOG_LEVEL: 'error',
+        });
+        const { sourceId, redis } = await seedGithubSource(env);
+        cleanups.push(() => void redis.disconnect());
 
-          const p = spawnSpillway(['start', '--role', 'ingest'], env);
-          procs.push(p);
-          let n = 0;
-          const send = async (): Promise<number> => {
-            const body = `{"n":${n++}}`;
-            const res = await fetch(`http://127.0.0.1:${ingestPort}/ingest/${sourceId}`, {
-              method: 'POST',
-              body,
-              headers: {
-                'content-type': 'application/json',
-                'x-hub-signature-256': await githubSign('sec', body),
-                'x-github-event': 'push',
-                'x-github-delivery': `d-${randomBytes(8).toString('hex')}`,
-              },
-              signal: AbortSignal.timeout(5000),
-            });
-            await res.arrayBuffer();
-            return res.status;
-          };
-          await waitFor(
-            async () => (await send().catch(() => 0)) === 202,
-            `ingest (${backend}) to accept`,
-            30_000,
-            200,
-          );
-          // Warm up what a normal request touches, so the baseline is not the cold process: signed
-          // sends, then 16 clients that pipeline 64 requests at a time and read every answer.
-          for (let i = 0; i < 50; i++) expect(await send()).toBe(202);
-          await Promise.all(Array.from({ length: CONNECTIONS }, () => politeClient(ingestPort, 2000)));
-          const pid = p.child.pid!;
-          const before = rssOf(pid);
-
-          const until = Date.now() + ATTACK_MS;
-          const attackers = Array.from({ length: CONNECTIONS }, () => attacker(ingestPort, until));
-          cleanups.push(() => {
-            for (const a of attackers) a.sock.destroy();
+        const p = spawnSpillway(['start', '--role', 'ingest'], env);
+        procs.push(p);
+        let n = 0;
+        const send = async (): Promise<number> => {
+          const body = `{"n":${n++}}`;
+          const res = await fetch(`http://127.0.0.1:${ingestPort}/ingest/${sourceId}`, {
+            method: 'POST',
+            body,
+            headers: {
+              'content-type': 'application/json',
+              'x-hub-signature-256': await githubSign('sec', body),
+              'x-github-event': 'push',
+              'x-github-delivery': `d-${randomBytes(8).toString('hex')}`,
+            },
+            signal: AbortSignal.timeout(5000),
           });
-          let peak = before;
-          const statuses: number[] = [];
-          while (Date.now() < until) {
-            statuses.push(await send().catch(() => 0));
-            peak = Math.max(peak, rssOf(pid));
-            await new Promise((r) => setTimeout(r, 100));
-          }
-          peak = Math.max(peak, rssOf(pid));
-          const sentBytes = attackers.reduce((a, b) => a + b.sent(), 0);
+          await res.arrayBuffer();
+          return res.status;
+        };
+        await waitFor(
+          async () => (await send().catch(() => 0)) === 202,
+          `ingest (${backend}) to accept`,
+          30_000,
+          200,
+        );
+        // Warm up what a normal request touches, so the baseline is not the cold process: signed
+        // sends, then 16 clients that pipeline 64 requests at a time and read every answer.
+        for (let i = 0; i < 50; i++) expect(await send()).toBe(202);
+        await Promise.all(Array.from({ length: CONNECTIONS }, () => politeClient(ingestPort, 2000)));
+        const pid = p.child.pid!;
+        const before = rssOf(pid);
+
+        const until = Date.now() + ATTACK_MS;
+        const attackers = Array.from({ length: CONNECTIONS }, () => attacker(ingestPort, until));
+        cleanups.push(() => {
           for (const a of attackers) a.sock.destroy();
+        });
+        let peak = before;
+        const statuses: number[] = [];
+        while (Date.now() < until) {
+          statuses.push(await send().catch(() => 0));
+          peak = Math.max(peak, rssOf(pid));
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        peak = Math.max(peak, rssOf(pid));
+        const sentBytes = attackers.reduce((a, b) => a + b.sent(), 0);
+        for (const a of attackers) a.sock.destroy();
 
-          const growth = peak - before;
-          console.log(
-            `${backend}: rss before ${(before / 2 ** 20).toFixed(1)} MiB, peak ${(peak / 2 ** 20).toFixed(1)} MiB (+${(growth / 2 ** 20).toFixed(1)} MiB); attackers wrote ${(sentBytes / 2 ** 20).toFixed(1)} MiB; signed sender ${statuses.filter((s) => s === 202).length}/${statuses.length} 202`,
-          );
-          // The attack really ran: the clients got far more requests in than a bound lets through.
-          expect(sentBytes).toBeGreaterThan(CONNECTIONS * REQUEST.length * 1000);
-          // At least a few signed requests went through the attack (each waits for its answer; on a
-          // loaded machine a node event loop busy with the attack answers them slowly, but answers).
-          expect(statuses.length).toBeGreaterThanOrEqual(3);
-          expect(statuses.every((s) => s === 202)).toBe(true);
-          expect(growth).toBeLessThan(RSS_GROWTH_MAX);
-        },
-      );
+        const growth = peak - before;
+        console.log(
+          `${backend}: rss before ${(before / 2 ** 20).toFixed(1)} MiB, peak ${(peak / 2 ** 20).toFixed(1)} MiB (+${(growth / 2 ** 20).toFixed(1)} MiB); attackers wrote ${(sentBytes / 2 ** 20).toFixed(1)} MiB; signed sender ${statuses.filter((s) => s === 202).length}/${statuses.length} 202`,
+        );
+        // The attack really ran: the clients got far more requests in than a bound lets through.
+        expect(sentBytes).toBeGreaterThan(CONNECTIONS * REQUEST.length * 1000);
+        // At least a few signed requests went through the attack (each waits for its answer; on a
+        // loaded machine a node event loop busy with the attack answers them slowly, but answers).
+        expect(statuses.length).toBeGreaterThanOrEqual(3);
+        expect(statuses.every((s) => s === 202)).toBe(true);
+        expect(growth).toBeLessThan(RSS_GROWTH_MAX);
+      });
     },
   );
 }

@@ -53,7 +53,7 @@ const { counter, gauge, histogram } = metricFactory({
     'Delivery tasks discarded because their tenant or endpoint was deleted (the only tasks that end neither delivered nor in a DLQ)',
   spillway_history_records_total: 'History records Kafka acknowledged, by topic (events, attempts)',
   spillway_history_read_records_total:
-    'History messages read back from Kafka to answer the API (a message packs a tenant\'s records of one flush and minute; a page reads the minutes the index points to, not the topic)',
+    "History messages read back from Kafka to answer the API (a message packs a tenant's records of one flush and minute; a page reads the minutes the index points to, not the topic)",
   spillway_history_dropped_total:
     'History records given up on (Kafka did not take them after retries, or the writer buffer was full): the event log or attempt history misses them, delivery is not affected',
   spillway_dlq_purged_total:
