@@ -31,5 +31,7 @@ describe('infra/local/env.sh', () => {
     } finally {
       rmSync(cwd, { recursive: true, force: true });
     }
-  });
+    // Under 1 s alone; in a full CI run beside the lab and chaos suites on 2 cores it once took 88 s
+    // (the CLI's module graph is loaded and type-stripped on a saturated machine).
+  }, 300_000);
 });
