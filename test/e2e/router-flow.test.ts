@@ -67,6 +67,11 @@ describe('router flow', () => {
     expect(r.requests).toBe(9); // 3 attempts each = schedule length + 1
     const dlq = await s.services.listDlq(t.id);
     expect(dlq[0]).toMatchObject({ endpointId: ep.id, attempts: 3, lastError: 'http_503' });
+    // The history writes its attempts a flush after the DLQ entry (20 ms, then Kafka and the index).
+    await waitFor(
+      async () => (await s.services.getEvent(t.id, 'f0'))?.deliveries[0]?.status === 'failed',
+      'the failed attempt in the history',
+    );
     expect(await s.services.getEvent(t.id, 'f0')).toMatchObject({
       deliveries: [{ status: 'failed', attempts: 3, lastStatus: 503 }],
     });
