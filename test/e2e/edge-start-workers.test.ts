@@ -17,17 +17,8 @@ import { freePort } from '../conformance/support.ts';
 import { testEnv } from '../helpers/env.ts';
 import { githubHeaders } from '../helpers/github.ts';
 import { seedGithubSource } from '../helpers/github-source.ts';
-import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { alive, type Spawned, spawnSpillway } from '../helpers/spawn.ts';
 import { waitFor } from '../helpers/wait.ts';
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 /** Every worker banner in the supervisor's output: its pid and its own admin port. */
 const workers = (p: Spawned) =>

@@ -16,22 +16,13 @@ import { freePort } from '../conformance/support.ts';
 import { testEnv } from '../helpers/env.ts';
 import { githubHeaders } from '../helpers/github.ts';
 import { seedGithubSource } from '../helpers/github-source.ts';
-import { type Spawned, spawnSpillway } from '../helpers/spawn.ts';
+import { alive, type Spawned, spawnSpillway } from '../helpers/spawn.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const RATE = 500;
 const RESTARTS = 5;
 /** Load between a successor's ready and the next SIGUSR2 (a restart itself takes a process start). */
 const BETWEEN_MS = 500;
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 const pids = (out: string) =>
   [...out.matchAll(/spillway ingest running \(pid (\d+)\)/g)].map((m) => Number(m[1]));

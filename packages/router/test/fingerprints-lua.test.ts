@@ -10,7 +10,10 @@ import { testEnv } from '../../../test/helpers/env.ts';
  * TTLs that one `append` per entry leaves (the dedup and body-claim scripts), across epoch growth
  * inside one call and across calls, and a new slot's start epoch taken from the slot before.
  */
-const lib = readFileSync(new URL('../../../packages/shared/src/lua/fingerprints.lua', import.meta.url), 'utf8');
+const lib = readFileSync(
+  new URL('../../../packages/shared/src/lua/fingerprints.lua', import.meta.url),
+  'utf8',
+);
 const SCRIPT = `${lib}
 local mode, base, ttl, per = ARGV[1], KEYS[1], ARGV[2], tonumber(ARGV[3])
 for i = 4, #ARGV, 3 do
