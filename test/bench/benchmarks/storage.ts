@@ -52,7 +52,7 @@ export const storage: Benchmark = {
   name: 'storage',
   title: 'Storage per event (Redis and Kafka disk)',
   method:
-    "1,000,000 events (`--quick` 20,000; `SPILLWAY_BENCH_STORAGE_EVENTS` sets it) of 256 B to 20 tenants with 10 endpoints each, through the in-process intake and one worker (`spillway start --role worker`) on a private redis-server, history on; a 21st tenant gets 5 % more events whose 10th endpoint answers 404 (retry schedule 50ms, DLQ cap a quarter of its failures, at most 2,000), so its DLQ overflows into the Kafka archive during the run. After the last delivery: Redis `INFO memory` used_memory against the empty baseline, and `MEMORY USAGE` of every key grouped by what it is for; Kafka bytes = the history topics' partition directories under the broker's `log.dirs` (the `.log` segments). The extrapolation multiplies each group's bytes per event by what the target keeps (24 h of ids for dedup, 7 days for the event-id index), the minute indexes by 200 tenants × 7 days of minutes, and adds the capped sets and one DLQ at their caps.",
+    "1,000,000 events (`--quick` 20,000; `SPILLWAY_BENCH_STORAGE_EVENTS` sets it) of 256 B to 20 tenants with 10 endpoints each, through the in-process intake and one worker (`spillway start --role worker`) on a private redis-server, history on; a 21st tenant gets every 21st event (5 % more) whose 10th endpoint answers 404 (retry schedule 50ms, DLQ cap a quarter of its failures, at most 2,000), so its DLQ overflows into the Kafka archive during the run; its length is sampled every 250 ms. After every failing delivery is dead-lettered (in the list or the archive): the last delivery: Redis `INFO memory` used_memory against the empty baseline, and `MEMORY USAGE` of every key grouped by what it is for; Kafka bytes = the history topics' partition directories under the broker's `log.dirs` (the `.log` segments). The extrapolation multiplies each group's bytes per event by what the target keeps (24 h of ids for dedup, 7 days for the event-id index), the minute indexes by 200 tenants × 7 days of minutes, and adds the capped sets and one DLQ at their caps.",
   targets: [
     'Redis steady state at 1,000 events/s, 10 endpoints, 24 h dedup, 7 days of history ≤ 4 GB (extrapolated).',
     'The DLQ stays at its cap while it overflows (the rest is in the Kafka archive).',
@@ -94,16 +94,48 @@ export const storage: Benchmark = {
       await c.endpoint('dlq', 'down', `http://127.0.0.1:${(nope.address() as AddressInfo).port}/hook`);
       const w = await c.startRole('worker');
       feeder = await openIntake(c);
+      // The DLQ's length while it overflows, sampled through the run (the cap is hard: a write that
+      // finds the list full waits for the archive), and how many went to the Kafka archive.
+      const dlqKey = `${c.prefix}:{t:dlq}:dlq`;
+      const archiveTopic = `${c.env.SPILLWAY_HISTORY_TOPIC}.dlq`;
+      let dlqMax = 0;
+      const sampler = setInterval(() => {
+        void c.redis.llen(dlqKey).then(
+          (n) => {
+            dlqMax = Math.max(dlqMax, n);
+          },
+          () => {},
+        );
+      }, 250);
+      const archived = async () => {
+        const admin = new Kafka({
+          brokers: c.env.SPILLWAY_KAFKA_BROKERS!.split(','),
+          logLevel: logLevel.NOTHING,
+        }).admin();
+        try {
+          await admin.connect();
+          const offs = await admin.fetchTopicOffsets(archiveTopic);
+          return offs.reduce((a, o) => a + Number(o.high) - Number(o.low), 0);
+        } catch {
+          return 0; // not created yet
+        } finally {
+          await admin.disconnect().catch(() => {});
+        }
+      };
       const t0 = performance.now();
+      // Every 21st event goes to the overflowing tenant, so its DLQ overflows during the run.
+      const tenantOf = (i: number) => (i % 21 === 20 ? 'dlq' : `t${i % TENANTS}`);
       for (let i = 0; i < N + failingN; i += 1000) {
         await Promise.all(
           Array.from({ length: Math.min(1000, N + failingN - i) }, (_, k) =>
-            feeder!.submit(i + k < N ? `t${(i + k) % TENANTS}` : 'dlq', 256, 'order.created'),
+            feeder!.submit(tenantOf(i + k), 256, 'order.created'),
           ),
         );
-        if (i % 100_000 === 0) log(`accepted ${i}`);
+        if (i % 100_000 === 0) log(`accepted ${i}; DLQ ${await c.redis.llen(dlqKey)} (max ${dlqMax})`);
       }
-      const want = (N + failingN) * ENDPOINTS - failingN;
+      let failing = 0;
+      for (let i = 0; i < N + failingN; i++) if (tenantOf(i) === 'dlq') failing++;
+      const want = (N + failingN) * ENDPOINTS - failing;
       await waitFor(
         async () => (await sink.stats('st')).count >= want,
         `${want} deliveries`,
@@ -112,15 +144,25 @@ export const storage: Benchmark = {
         Math.max(120_000, (N / 250) * 1000),
         1000,
       );
-      const dlqKey = `${c.prefix}:{t:dlq}:dlq`;
+      // Every failing delivery dead-lettered: in the list or in the archive (an entry is briefly in
+      // both while its archive round runs, so ≥).
+      let settled = 0;
+      let lastLog = 0;
       await waitFor(
         async () => {
           const len = await c.redis.llen(dlqKey);
-          return len > 0 && len <= dlqCap;
+          settled = len + (await archived());
+          if (Date.now() - lastLog > 30_000) {
+            lastLog = Date.now();
+            log(`dead letters: ${len} in Redis + ${settled - len} archived of ${failing}`);
+          }
+          return settled >= failing;
         },
-        'the DLQ back at its cap',
-        60_000,
+        `${failing} dead letters (list + archive)`,
+        600_000,
+        1000,
       );
+      clearInterval(sampler);
       const seconds = (performance.now() - t0) / 1000;
       await sleep(2000); // the history writer's last flush
       log(`${N + failingN} events, ${want} deliveries in ${seconds.toFixed(0)} s`);
@@ -154,6 +196,7 @@ export const storage: Benchmark = {
         } while (cursor !== '0');
       }
       const dlqLen = await c.redis.llen(dlqKey);
+      const dlqArchived = await archived();
 
       // Kafka: the history topics' partition directories.
       const kafkaBytes: Record<string, number> = { events: 0, attempts: 0, dlq: 0 };
@@ -252,7 +295,7 @@ export const storage: Benchmark = {
         `Redis ${used} B (${(used / events).toFixed(1)} B/event); steady state ${(total / GB).toFixed(2)} GB; DLQ ${dlqLen}`,
       );
       notes.push(
-        `${events} events (${failingN} to the overflowing tenant), ${want} deliveries in ${seconds.toFixed(0)} s; the DLQ held ${dlqLen} entries at the end (cap ${dlqCap}); ${tenantMinutes} tenant-minutes and ${setMembers} attempt-set members indexed.`,
+        `${events} events (${failingN} to the overflowing tenant), ${want} deliveries in ${seconds.toFixed(0)} s; the DLQ held at most ${dlqMax} entries while it overflowed and ${dlqLen} at the end (cap ${dlqCap}), ${dlqArchived} went to the Kafka archive; ${tenantMinutes} tenant-minutes and ${setMembers} attempt-set members indexed.`,
         'The per-event Redis cost of a short run is higher than at steady state for the minute indexes and markers (fixed per minute and per minute of traffic); the extrapolation uses per-minute and per-marker costs for those.',
       );
       const goals: Goal[] = [
@@ -266,8 +309,9 @@ export const storage: Benchmark = {
         {
           what: 'DLQ entries in Redis while it overflows',
           target: `≤ cap (${dlqCap})`,
-          measured: dlqLen,
-          pass: dlqLen <= dlqCap && dlqLen > 0,
+          measured: dlqMax,
+          shown: `max ${dlqMax} sampled, ${dlqArchived} archived`,
+          pass: dlqMax <= dlqCap && dlqArchived > 0,
         },
       ];
       void w;
