@@ -1,4 +1,5 @@
 import { historyTopics } from '@spillway/router/testing';
+import { Queue } from 'bullmq';
 import kafkajs from 'kafkajs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
@@ -15,7 +16,7 @@ afterEach(async () => {
 /**
  * Keys that may live without a TTL, and who bounds them: the config (deleted with its tenant), the
  * shared counters (a few fields per endpoint), the DLQ list (capped and aged by the archiver), and
- * BullMQ's queues (jobs removed on completion, bounded by removeOnComplete/removeOnFail).
+ * BullMQ's queues (jobs removed on completion; failed ones and operator-keyed ones bounded by count and age).
  */
 const OWNED = [
   /:tenants$/,
@@ -70,6 +71,21 @@ describe('storage: every Redis key expires or is owned; history is bounded by ti
       if ((await s.rt.redis.pttl(k)) < 0) unowned.push(k);
     }
     expect(unowned).toEqual([]);
+
+    // A finished intake or retry job leaves nothing behind (its events are in the history); only a
+    // job keyed by an operator's request (the replay's) keeps its record, for idempotency.
+    const kept = async (name: string) => {
+      const q = new Queue(name, { connection: s.rt.redis as never, prefix: s.rt.keys.bullPrefix });
+      try {
+        return (await q.getJobs(['completed'])).map((j) => j.id ?? '');
+      } finally {
+        await q.close();
+      }
+    };
+    expect(await kept(s.rt.keys.intakeQueue)).toEqual([]);
+    const retryKept = await kept(s.rt.keys.retryQueue);
+    expect(retryKept.length).toBeGreaterThan(0);
+    expect(retryKept.filter((id) => !id.startsWith('replay-'))).toEqual([]);
 
     // Capped by count: 60 failed attempts, the endpoint's set keeps the newest 10.
     expect(await s.rt.redis.zcard(s.rt.keys.failedAttempts(t.id, ep.id))).toBe(10);

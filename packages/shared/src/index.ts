@@ -33,7 +33,7 @@ export { createKeys, type Keys, tenantTag } from './keys.ts';
 export { createLogger, type Logger, packageLogger } from './logger.ts';
 export { counter, gauge, getOrCreateMetric, histogram, metricFactory, registry } from './metrics.ts';
 export { definedOf } from './options.ts';
-export { createQueue, JOB_OPTS } from './queue.ts';
+export { createQueue, JOB_OPTS, KEYED_JOB_OPTS } from './queue.ts';
 export { createRedis, type RedisClient } from './redis.ts';
 export { retryDelayMs, retryForever, sleep, withTimeout } from './retry.ts';
 export {

@@ -1,5 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { type Endpoint, errors, JOB_OPTS, type Keys, type Logger, type RedisClient } from '@spillway/shared';
+import {
+  type Endpoint,
+  errors,
+  KEYED_JOB_OPTS,
+  type Keys,
+  type Logger,
+  type RedisClient,
+} from '@spillway/shared';
 import type { Queue } from 'bullmq';
 import { withCommands } from '../commands/index.ts';
 import type { ConfigStore } from '../config/store.ts';
@@ -105,7 +112,7 @@ export class Operations {
   async #enqueue(op: Operation, chunk: number, tasks: WireTask[]): Promise<void> {
     const data: RetryJobData = { v: 1, tasks };
     const jobId = `op-${createHash('sha1').update(`${op.tenantId}\u0000${op.id}\u0000${chunk}`).digest('hex')}`;
-    await this.#queue().add('resend', data, { ...JOB_OPTS, jobId });
+    await this.#queue().add('resend', data, { ...KEYED_JOB_OPTS, jobId });
     // The job owns the tasks now; the worker counts `retrying` down when it finishes the job.
     await this.#redis
       .hincrby(this.#keys.tenantCounters(op.tenantId), 'retrying', tasks.length)

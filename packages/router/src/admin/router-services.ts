@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { createQueue, type DlqEntry, JOB_OPTS, sleep } from '@spillway/shared';
+import { createQueue, type DlqEntry, KEYED_JOB_OPTS, sleep } from '@spillway/shared';
 import type { Queue } from 'bullmq';
 import { withCommands } from '../commands/index.ts';
 import { bornAt } from '../config/incarnation.ts';
@@ -172,7 +172,7 @@ export function createRouterServices(rt: Runtime): RouterServices {
           .update(tenantId)
           .update(chunk.map((c) => c.raw).join('\n'))
           .digest('hex')}`;
-        await retries().add('replay', data, { ...JOB_OPTS, jobId });
+        await retries().add('replay', data, { ...KEYED_JOB_OPTS, jobId });
         const removed = Number(await redis.dlqRemove(keys.dlq(tenantId), ...chunk.map((c) => c.raw)));
         // The job owns these tasks now (the worker counts them down when it finishes the job).
         await rt.redis.hincrby(keys.tenantCounters(tenantId), 'retrying', removed).catch(() => {});
