@@ -63,6 +63,8 @@ const { counter, gauge, histogram } = metricFactory({
   spillway_notifications_total: 'Operator notifications by kind and result (sent, failed, skipped)',
   spillway_endpoints_disabled_total:
     'Endpoints the router disabled, by reason (gone = HTTP 410, failing = sustained failure)',
+  spillway_job_reruns_joined_total:
+    'Intake/retry jobs claimed again while this process still ran them (a missed lock renewal): the second run waited for the first instead of delivering again',
 });
 
 /** A gauge whose value is the sum of `of(source)` over the live workers at scrape time. */
@@ -115,4 +117,5 @@ export const dlqArchivedTotal = counter('spillway_dlq_archived_total');
 export const notificationsTotal = counter('spillway_notifications_total', ['kind', 'result']);
 export const endpointsDisabledTotal = counter('spillway_endpoints_disabled_total', ['reason']);
 export const dlqPurgedTotal = counter('spillway_dlq_purged_total');
+export const jobRerunsJoinedTotal = counter('spillway_job_reruns_joined_total', ['queue']);
 export const historyReadRecordsTotal = counter('spillway_history_read_records_total');
