@@ -107,11 +107,10 @@ export const storage: Benchmark = {
           () => {},
         );
       }, 250);
+      const kafkaAdmin = () =>
+        new Kafka({ brokers: c.env.SPILLWAY_KAFKA_BROKERS!.split(','), logLevel: logLevel.NOTHING }).admin();
       const archived = async () => {
-        const admin = new Kafka({
-          brokers: c.env.SPILLWAY_KAFKA_BROKERS!.split(','),
-          logLevel: logLevel.NOTHING,
-        }).admin();
+        const admin = kafkaAdmin();
         try {
           await admin.connect();
           const offs = await admin.fetchTopicOffsets(archiveTopic);
@@ -200,10 +199,7 @@ export const storage: Benchmark = {
 
       // Kafka: the history topics' partition directories.
       const kafkaBytes: Record<string, number> = { events: 0, attempts: 0, dlq: 0 };
-      const admin = new Kafka({
-        brokers: c.env.SPILLWAY_KAFKA_BROKERS!.split(','),
-        logLevel: logLevel.NOTHING,
-      }).admin();
+      const admin = kafkaAdmin();
       try {
         await admin.connect();
         const { brokers } = await admin.describeCluster();
