@@ -6,15 +6,38 @@ import { testEnv } from '../../../test/helpers/env.ts';
 
 /**
  * The fingerprint-bucket helpers of packages/shared/src/lua/fingerprints.lua on a real Redis:
- * `append_buffered` + `flush_appends` (history-index-3.lua) must leave exactly the keys, values and
- * TTLs that one `append` per entry leaves (the dedup and body-claim scripts), across epoch growth
+ * `append_buffered` + `flush_appends` (every script that writes buckets) must leave exactly the
+ * keys, values and TTLs that the reference below, one write per entry, leaves, across epoch growth
  * inside one call and across calls, and a new slot's start epoch taken from the slot before.
  */
+const REFERENCE = `
+local function append(base, slot, entry, h, per, ttl)
+  local meta = base .. ':' .. slot .. ':m'
+  local e0 = tonumber(redis.call('HGET', meta, 'e0'))
+  if not e0 then
+    local prev = tonumber(redis.call('HGET', base .. ':' .. (slot - 1) .. ':m', 'n') or '0')
+    e0 = 0
+    while per * 2 ^ e0 < prev and e0 < 20 do e0 = e0 + 1 end
+    redis.call('HSET', meta, 'e0', e0, 'l', e0)
+  end
+  local n = redis.call('HINCRBY', meta, 'n', 1)
+  local e, cap = e0, per * 2 ^ e0
+  while n > cap and e < 24 do
+    e = e + 1
+    cap = cap + per * 2 ^ e
+  end
+  if e > tonumber(redis.call('HGET', meta, 'l')) then redis.call('HSET', meta, 'l', e) end
+  redis.call('PEXPIRE', meta, ttl)
+  local k = base .. ':' .. slot .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e)
+  redis.call('SET', k, (redis.call('GET', k) or '') .. entry, 'PX', ttl)
+end
+`;
 const lib = readFileSync(
   new URL('../../../packages/shared/src/lua/fingerprints.lua', import.meta.url),
   'utf8',
 );
 const SCRIPT = `${lib}
+${REFERENCE}
 local mode, base, ttl, per = ARGV[1], KEYS[1], ARGV[2], tonumber(ARGV[3])
 for i = 4, #ARGV, 3 do
   if mode == 'b' then append_buffered(base, tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), per)
@@ -39,7 +62,7 @@ async function dump(base: string): Promise<Record<string, unknown>> {
 }
 
 describe('fingerprint buckets (fingerprints.lua)', () => {
-  it('a buffered flush writes what one append per entry writes', async () => {
+  it('a buffered flush writes what one write per entry writes', async () => {
     const tag = randomBytes(4).toString('hex');
     const immediate = `{fp-${tag}}:a`;
     const buffered = `{fp-${tag}}:b`;

@@ -3,7 +3,7 @@
   (packages/ingest/src/replay.ts; docs/storage.md, "Body claims"). A claim is a 16-byte entry: the
   8-byte fingerprint of (source, sha256(body)) then the 8-byte fingerprint of the owner's event id.
   Entries live in the same slot buckets as the id dedup's fingerprints, written by the same
-  `append` (packages/shared/src/lua/fingerprints.lua, pasted in below). One call checks and inserts a whole batch atomically, so two ingest processes
+  `append_buffered` (packages/shared/src/lua/fingerprints.lua, pasted in below). One call checks and inserts a whole batch atomically, so two ingest processes
   claiming one body at once cannot both own it; claims of one batch see the ones before them.
   KEYS[1] the tenant's body-claim base ({t:<tenant>}:bc): buckets <base>:<slot>:<epoch>:<n> (STRINGs
           of 16-byte entries), slot meta <base>:<slot>:m (HASH e0 = first epoch, l = last, n = entries)
@@ -28,10 +28,10 @@ end
 -- The owner (8 bytes) of body fingerprint `fp` in any bucket of the slots [now - back, now], or nil.
 local function owner(fp, h)
   for s = now, now - back, -1 do
-    local m = redis.call('HMGET', base .. ':' .. s .. ':m', 'e0', 'l')
-    if m[1] then
-      for e = tonumber(m[1]), tonumber(m[2]) do
-        local v = redis.call('GET', base .. ':' .. s .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e))
+    local m = slot_epochs(base, s)
+    if m then
+      for e = m[1], m[2] do
+        local v = bucket(base .. ':' .. s .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e))
         if v then
           local i = 1
           while true do
@@ -47,12 +47,15 @@ local function owner(fp, h)
   return nil
 end
 
+-- Claims made by this call (its appends land at the end, where owner() does not look).
+local claimed = {}
 local out = {}
 for i = 5, #ARGV, 3 do
   local fp, mine, h = bin(ARGV[i]), bin(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local o = owner(fp, h)
+  local o = claimed[fp] or owner(fp, h)
   if not o then
-    append(base, now, fp .. mine, h, per, ttl)
+    append_buffered(base, now, fp .. mine, h, per)
+    claimed[fp] = mine
     out[#out + 1] = 0
   elseif o == mine then
     out[#out + 1] = 0
@@ -60,4 +63,5 @@ for i = 5, #ARGV, 3 do
     out[#out + 1] = hex(o)
   end
 end
+flush_appends(ttl)
 return out

@@ -18,17 +18,20 @@ local now, back, per, check = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARG
 
 --@include fingerprints.lua
 
-local added = 0
+local added, here = 0, {}
 for i = 6, #ARGV, 2 do
   local hex, h = ARGV[i], tonumber(ARGV[i + 1])
   local pk = base .. ':p:' .. hex
   local fp = bin(hex)
-  local skip = check and (redis.call('GET', pk) == 'd' or seen(base, now, back, fp, h))
+  -- `here`: an id twice in one call is stored once (appends land at the end, unseen by seen()).
+  local skip = here[hex] or (check and (redis.call('GET', pk) == 'd' or seen(base, now, back, fp, h)))
   -- Already seen (the intake's promote took): nothing to write, not even the marker again.
   if not skip then
-    append(base, now, fp, h, per, ttl)
+    append_buffered(base, now, fp, h, per)
     added = added + 1
+    here[hex] = true
     redis.call('SET', pk, 'd', 'PX', 60000)
   end
 end
+flush_appends(ttl)
 return added

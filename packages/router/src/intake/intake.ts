@@ -30,9 +30,11 @@ const MAX_BATCH = 256;
  * a batch goes out at the end of the current event-loop turn (every submit of that turn joins it)
  * instead of waiting groupCommitMs; while they are, events accumulate and go out when one finishes
  * (or when the timer fires, whichever is first). Under load the batch is what arrived during one
- * commit's round trips, without a fixed wait in front of each.
+ * commit's round trips, without a fixed wait in front of each. Two: one commit's reserve and job
+ * add overlap the other's, so the process is not idle while a commit waits on Redis; their
+ * promotes still go out in the order the commits started (see #commit).
  */
-const MAX_COMMITS_IN_FLIGHT = 1;
+const MAX_COMMITS_IN_FLIGHT = 2;
 /** How long a "pending" marker lives: long enough for one commit, short enough that a crash frees the id soon. */
 const PENDING_TTL_MS = 30_000;
 /** How long a submit waits for another process's pending marker to settle before answering 503. */
@@ -65,7 +67,7 @@ interface Pending {
 
 /**
  * The durable intake: collects submitted events for ≤ groupCommitMs (or MAX_BATCH events; at once
- * when no commit is in flight, see MAX_COMMITS_IN_FLIGHT) and makes the batch durable as ONE BullMQ job; each caller resolves only after Redis acknowledged it.
+ * while fewer than MAX_COMMITS_IN_FLIGHT are in flight) and makes the batch durable as ONE BullMQ job; each caller resolves only after Redis acknowledged it.
  *
  * Dedup never lets a marker claim "done" for an event that is not durable: markers are reserved as
  * `p:<token>` (short TTL) before the job is added, promoted to `d` with the full window after, and
@@ -89,6 +91,8 @@ export class DurableIntake implements Intake {
   #timer: NodeJS.Timeout | undefined;
   #soon: NodeJS.Immediate | undefined;
   #committing = 0;
+  /** Settles when the latest commit started has issued its promote (or ended without one). */
+  #promoted: Promise<void> = Promise.resolve();
   #closed = false;
 
   constructor(opts: IntakeOptions) {
@@ -157,6 +161,21 @@ export class DurableIntake implements Intake {
   }
 
   async #commit(batch: Pending[]): Promise<void> {
+    // Promotes go out in commit order: an orderingKey's sequence numbers are given by them
+    // (ord-accept-2n.lua), so a commit that started later never numbers its events first.
+    const before = this.#promoted;
+    let turnDone!: () => void;
+    this.#promoted = new Promise((r) => {
+      turnDone = r;
+    });
+    try {
+      await this.#commitInTurn(batch, before);
+    } finally {
+      turnDone();
+    }
+  }
+
+  async #commitInTurn(batch: Pending[], before: Promise<void>): Promise<void> {
     const marker = `p:${randomBytes(8).toString('hex')}`;
     const started = performance.now();
     const endTimer = intakeCommitSeconds.startTimer();
@@ -248,6 +267,7 @@ export class DurableIntake implements Intake {
     if (reserved.length === 0) return;
     // Durable. Before answering, make the ids seen for the window. It owns nothing: if it fails the
     // answer is still 202, and the worker promotes them (promoteDedup) when it processes the job.
+    await before;
     const promoted = await promoteDedup(
       this.#redis,
       this.#keys,
