@@ -5,6 +5,8 @@
  * can say precisely which piece is missing instead of timing a stub.
  */
 import { createHmac, randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ConfigStore } from '@spillway/router';
 import {
@@ -159,6 +161,13 @@ export class SpillwayCluster {
 
   /** Stops every role process, deletes the prefix's Redis keys and Kafka topic. */
   async close(opts: { keepData?: boolean } = {}): Promise<void> {
+    // SPILLWAY_BENCH_METRICS=<dir>: each role's /metrics, as it stood at the end, is written there.
+    const dir = process.env.SPILLWAY_BENCH_METRICS;
+    if (dir)
+      for (const r of this.roles) {
+        const text = await this.metrics(r).catch((err: unknown) => `# unreadable: ${String(err)}\n`);
+        writeFileSync(join(dir, `${r.role}-${r.proc.child.pid}.prom`), text);
+      }
     await Promise.all(this.roles.map((r) => r.proc.stop(5000)));
     if (!opts.keepData) {
       await deletePrefix(this.redis, this.prefix).catch(() => {});

@@ -164,18 +164,18 @@ export class DurableIntake implements Intake {
     // Promotes go out in commit order: an orderingKey's sequence numbers are given by them
     // (ord-accept-2n.lua), so a commit that started later never numbers its events first.
     const before = this.#promoted;
-    let turnDone!: () => void;
+    let issued!: () => void;
     this.#promoted = new Promise((r) => {
-      turnDone = r;
+      issued = r;
     });
     try {
-      await this.#commitInTurn(batch, before);
+      await this.#commitInTurn(batch, before, issued);
     } finally {
-      turnDone();
+      issued();
     }
   }
 
-  async #commitInTurn(batch: Pending[], before: Promise<void>): Promise<void> {
+  async #commitInTurn(batch: Pending[], before: Promise<void>, issued: () => void): Promise<void> {
     const marker = `p:${randomBytes(8).toString('hex')}`;
     const started = performance.now();
     const endTimer = intakeCommitSeconds.startTimer();
@@ -265,10 +265,16 @@ export class DurableIntake implements Intake {
       return;
     }
     if (reserved.length === 0) return;
-    // Durable. Before answering, make the ids seen for the window. It owns nothing: if it fails the
-    // answer is still 202, and the worker promotes them (promoteDedup) when it processes the job.
+    // Durable: the answer is 202 from here on. Then the ids are made seen for the window. The
+    // promote owns nothing: if it fails, the worker promotes them (promoteDedup) when it processes
+    // the job. It is sent before the answer goes (ioredis sends in call order on a connection, so
+    // whatever the client does after its 202 reaches Redis after it) and awaited only when an event
+    // carries an orderingKey: its sequence number is given by this call, and the 202 waits for it
+    // (docs/architecture.md, "Ordered delivery per key"). A retry that arrives while it is on its way finds our
+    // pending marker and waits for it to turn "d" (#awaitForeign).
     await before;
-    const promoted = await promoteDedup(
+    const ordered = reserved.some((p) => p.event.orderingKey !== undefined);
+    const promoting = promoteDedup(
       this.#redis,
       this.#keys,
       reserved.map((p) => ({
@@ -280,9 +286,15 @@ export class DurableIntake implements Intake {
       })),
       this.#windowMs,
       false,
+    ).then(
+      (promoted) => {
+        const err = firstError(promoted);
+        if (err) this.#logger.warn({ err }, 'dedup promote failed; worker will promote');
+      },
+      (err: unknown) => this.#logger.warn({ err }, 'dedup promote failed; worker will promote'),
     );
-    const promoteErr = firstError(promoted);
-    if (promoteErr) this.#logger.warn({ err: promoteErr }, 'dedup promote failed; worker will promote');
+    issued();
+    if (ordered) await promoting;
     intakeBatchesTotal.inc({ outcome: 'committed' });
     endTimer();
     publishCommit(batch.length, 'committed', started, reserved);
