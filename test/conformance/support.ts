@@ -59,7 +59,10 @@ export function createTestIntake(url: string, keys: Keys, windowMs = 60_000): Te
   const ready = new Promise<void>((resolve) => redis.once('ready', () => resolve()));
   return {
     ready,
-    async submit(event: SpillwayEvent) {
+    async submit(event: SpillwayEvent, opts: { gate?: Promise<boolean> } = {}) {
+      // The gate first, as Intake.submit requires: nothing is written for an event it withdraws.
+      if (opts.gate && !(await opts.gate.catch(() => false)))
+        return { id: event.id, duplicate: false, withdrawn: true as const };
       const json = JSON.stringify({ ...event, body: event.body.toString('base64') });
       let stored: unknown;
       try {

@@ -10,6 +10,7 @@ import {
   type Source,
   type SourceDirectory,
   type SpillwayEvent,
+  type SubmitResult,
 } from '@spillway/shared';
 import ipaddr from 'ipaddr.js';
 import { BodyBudget, SharedBodyBudget } from './budget.ts';
@@ -288,6 +289,35 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     }
   }
 
+  /**
+   * The checks on a verified event besides its id, in order: the replay check (GitHub and Shopify:
+   * a signed body seen under another id), then the source's rate. null: go.
+   */
+  async function decide(
+    source: Source,
+    body: Buffer,
+    eventId: string,
+  ): Promise<{ outcome: 'replay' | 'rate_limited'; response: IngestResponse } | null> {
+    if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
+      const hash = createHash('sha256').update(body).digest('hex');
+      let owner: string | undefined;
+      try {
+        owner = await opts.replayGuard.claim(source.tenantId, source.id, hash, eventId);
+      } catch (err) {
+        // Fail open, as the limiter: the intake answers 503 itself if Redis is really gone.
+        logger.warn({ err, source: source.id }, 'replay check failed; admitting');
+      }
+      if (owner !== undefined) {
+        // Not the provider (its redelivery repeats the id): answered as a duplicate of the id it
+        // sent (the guard keeps only the owner's fingerprint), so a replayer learns nothing, but
+        // counted as refused for its address, and it spends nothing of the source's rate.
+        return { outcome: 'replay', response: { status: 200, body: { id: eventId, duplicate: true } } };
+      }
+    }
+    const limited = await sourceRate(source);
+    return limited ? { outcome: 'rate_limited', response: limited } : null;
+  }
+
   function createSink(source: Source, head: RequestHead, verifier: Verifier, client: string): BodySink {
     const sid = source.id;
     const max = source.maxBodyBytes;
@@ -377,26 +407,10 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
               errorResponse(verifyError(v.status, v.message)),
             );
           }
-          if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
-            const hash = createHash('sha256').update(body).digest('hex');
-            let owner: string | undefined;
-            try {
-              owner = await opts.replayGuard.claim(source.tenantId, sid, hash, v.id);
-            } catch (err) {
-              // Fail open, as the limiter: the intake answers 503 itself if Redis is really gone.
-              logger.warn({ err, source: sid }, 'replay check failed; admitting');
-            }
-            if (owner !== undefined) {
-              // Not the provider (its redelivery repeats the id): answered as a duplicate of the id
-              // it sent (the guard keeps only the owner's fingerprint), so a replayer learns
-              // nothing, but counted as refused for its address, and it spends nothing of the
-              // source's rate.
-              m.replays.inc({ kind: source.kind });
-              return answer(sid, 'replay', { status: 200, body: { id: v.id, duplicate: true } });
-            }
-          }
-          const limited = await sourceRate(source);
-          if (limited) return answer(sid, 'rate_limited', limited);
+          // What is decided about the event besides its id (the replay check, then the source's
+          // rate: a replay spends nothing of the rate) runs while the intake reserves the id, so
+          // their round trips overlap; the intake adds the event only if this says go.
+          const decision = decide(source, body, v.id);
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
             id: v.id,
@@ -407,10 +421,26 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
             sourceId: sid,
           };
           const t0 = performance.now();
-          let result: { id: string; duplicate: boolean };
+          let result: SubmitResult | undefined;
+          let failure: unknown;
           try {
-            result = await intake.submit(event);
+            result = await intake.submit(event, { gate: decision.then((d) => d === null) });
           } catch (err) {
+            failure = err;
+          }
+          const refused = await decision;
+          if (refused) {
+            if (refused.outcome === 'replay') m.replays.inc({ kind: source.kind });
+            return answer(sid, refused.outcome, refused.response);
+          }
+          if (result?.withdrawn) {
+            // Withdrawn by another submit of the same id whose own check said no (see Intake.submit).
+            failure = errors.unavailable('the same event id is being accepted by another request', {
+              retryAfter,
+            });
+          }
+          if (failure !== undefined || result === undefined) {
+            const err = failure;
             m.enqueueSeconds.observe({ outcome: 'error' }, (performance.now() - t0) / 1000);
             if (isSpillwayError(err) && err.status >= 400 && err.status < 500) {
               return answer(sid, 'invalid', errorResponse(err));

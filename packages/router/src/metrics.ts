@@ -28,7 +28,7 @@ const { counter, gauge, histogram } = metricFactory({
   spillway_intake_batches_total:
     'Group commits of the durable intake by outcome (committed = one BullMQ job added, failed = 503 to every caller, duplicate = nothing new to add)',
   spillway_intake_events_total:
-    'Events submitted to the durable intake by result (accepted, duplicate, rejected)',
+    'Events submitted to the durable intake by result (accepted, duplicate, rejected, withdrawn: its caller withdrew it)',
   spillway_events_api_refused_total:
     "Events the events API refused with 429 by reason (rate = over the tenant's events rate, quota = over its events per day)",
   spillway_intake_commit_duration_seconds:

@@ -65,6 +65,40 @@ describe('durable intake', () => {
     expect(await intake.submit(makeEvent(tenant, 'new-one'))).toEqual({ id: 'new-one', duplicate: false });
   });
 
+  it('a gate that says no withdraws its event: nothing added, its id free again; the rest of the batch commits', async () => {
+    const { rt, intake } = intakeOn({ SPILLWAY_GROUP_COMMIT: '20ms' });
+    const tenant = `gate-${randomBytes(3).toString('hex')}`;
+    let decide!: (go: boolean) => void;
+    const late = new Promise<boolean>((r) => {
+      decide = r;
+    });
+    const withdrawn = intake.submit(makeEvent(tenant, 'g-no'), { gate: late });
+    const refused = intake.submit(makeEvent(tenant, 'g-throws'), { gate: Promise.reject(new Error('x')) });
+    const others = [
+      intake.submit(makeEvent(tenant, 'g-yes'), { gate: Promise.resolve(true) }),
+      intake.submit(makeEvent(tenant, 'g-none')),
+    ];
+    // The commit waits for the undecided gate: nothing is added before it says.
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await jobsIn(rt)).count).toBe(0);
+    decide(false);
+    expect(await withdrawn).toEqual({ id: 'g-no', duplicate: false, withdrawn: true });
+    expect(await refused).toEqual({ id: 'g-throws', duplicate: false, withdrawn: true });
+    expect(await Promise.all(others)).toEqual([
+      { id: 'g-yes', duplicate: false },
+      { id: 'g-none', duplicate: false },
+    ]);
+    expect(await jobsIn(rt)).toEqual({ count: 1, events: 2 });
+    // The withdrawn ids hold no marker: submitted again, each is accepted (not a duplicate, no 503).
+    await waitFor(
+      async () =>
+        (await rt.redis.exists(`${rt.keys.dedupBase(tenant)}:p:${fingerprint('g-no').dedup}`)) === 0,
+      'the withdrawn marker released',
+    );
+    expect(await intake.submit(makeEvent(tenant, 'g-no'))).toEqual({ id: 'g-no', duplicate: false });
+    expect(await intake.submit(makeEvent(tenant, 'g-yes'))).toEqual({ id: 'g-yes', duplicate: true });
+  });
+
   it('two concurrent submits of one id: exactly one accepted and one duplicate; later ones are duplicates too', async () => {
     const { rt, intake } = intakeOn();
     const [a, b] = await Promise.all([

@@ -176,8 +176,20 @@ export interface Intake {
   /**
    * Resolves once the event is durable (or known as a duplicate within the dedup window).
    * Rejects with SPW_ERR_UNAVAILABLE (503 + Retry-After) when Redis cannot take it.
+   *
+   * `gate`: a decision the caller is still making about this event (ingest: the replay check and
+   * the source's rate) while the intake reserves its id, so the two round trips overlap. The event
+   * is committed only if the gate resolves true; false (or a rejection) withdraws it: its id is
+   * released and the result says `withdrawn`.
    */
-  submit(event: SpillwayEvent): Promise<{ id: string; duplicate: boolean }>;
+  submit(event: SpillwayEvent, opts?: { gate?: Promise<boolean> }): Promise<SubmitResult>;
+}
+
+export interface SubmitResult {
+  id: string;
+  duplicate: boolean;
+  /** The gate said no: nothing was written for this event. */
+  withdrawn?: true;
 }
 
 /** Looks up sources for the ingest role (cached, invalidated on change). */

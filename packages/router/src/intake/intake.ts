@@ -9,6 +9,7 @@ import {
   type Logger,
   type RedisClient,
   type SpillwayEvent,
+  type SubmitResult,
   tenantTag,
   withTimeout,
 } from '@spillway/shared';
@@ -61,7 +62,9 @@ interface Pending {
   /** `<tenant>\0<id>`: in-process dedup of concurrent submits. */
   key: string;
   fp: Fingerprint;
-  resolve: (r: { id: string; duplicate: boolean }) => void;
+  /** The caller's pending decision (Intake.submit): the event is added only once it says true. */
+  gate: Promise<boolean> | undefined;
+  resolve: (r: SubmitResult) => void;
   reject: (err: unknown) => void;
 }
 
@@ -86,7 +89,7 @@ export class DurableIntake implements Intake {
   readonly #waitTimeoutMs: number;
   /** Replicas the intake queue's node had connected when last asked (ROLE), at most REPLICA_COUNT_MS ago. */
   #replicaCount: { n: number; at: number } | undefined;
-  readonly #inflight = new Map<string, Promise<{ id: string; duplicate: boolean }>>();
+  readonly #inflight = new Map<string, Promise<SubmitResult>>();
   #batch: Pending[] = [];
   #timer: NodeJS.Timeout | undefined;
   #soon: NodeJS.Immediate | undefined;
@@ -106,7 +109,7 @@ export class DurableIntake implements Intake {
     this.#queue = createQueue(opts.redis, opts.keys, opts.keys.intakeQueue, opts.logger);
   }
 
-  submit(event: SpillwayEvent): Promise<{ id: string; duplicate: boolean }> {
+  submit(event: SpillwayEvent, opts: { gate?: Promise<boolean> } = {}): Promise<SubmitResult> {
     if (this.#closed) return Promise.reject(errors.unavailable('intake is shutting down', { retryAfter: 1 }));
     const key = `${event.tenantId}\u0000${event.id}`;
     const first = this.#inflight.get(key);
@@ -115,6 +118,9 @@ export class DurableIntake implements Intake {
       // durable, and the first's error otherwise.
       return first.then(
         (r) => {
+          // The first was withdrawn by its caller's gate: nothing of it was written, so this one
+          // is not a duplicate of it either (its caller answers from its own gate, or 503).
+          if (r.withdrawn) return r;
           intakeEventsTotal.inc({ result: 'duplicate' });
           return { id: r.id, duplicate: true };
         },
@@ -124,11 +130,18 @@ export class DurableIntake implements Intake {
         },
       );
     }
-    const p = new Promise<{ id: string; duplicate: boolean }>((resolve, reject) => {
-      this.#batch.push({ event, key, fp: fingerprint(event.id), resolve, reject });
+    const p = new Promise<SubmitResult>((resolve, reject) => {
+      // Settled into a boolean now: a gate that rejects before the commit looks at it is a "no",
+      // never an unhandled rejection.
+      const gate = opts.gate?.then(
+        (go) => go === true,
+        () => false,
+      );
+      this.#batch.push({ event, key, fp: fingerprint(event.id), gate, resolve, reject });
     });
     p.then(
-      (r) => intakeEventsTotal.inc({ result: r.duplicate ? 'duplicate' : 'accepted' }),
+      (r) =>
+        intakeEventsTotal.inc({ result: r.withdrawn ? 'withdrawn' : r.duplicate ? 'duplicate' : 'accepted' }),
       () => intakeEventsTotal.inc({ result: 'rejected' }),
     );
     this.#inflight.set(key, p);
@@ -225,6 +238,20 @@ export class DurableIntake implements Intake {
           // marker we did reserve is released in the catch below.
           if (failed) throw failed;
           for (const p of foreign) void this.#awaitForeign(p);
+          // The callers' gates were decided while the reserve was on its way; an event whose gate
+          // says no leaves here, its marker released, before anything else is written for it.
+          const gated = reserved.filter((p) => p.gate);
+          if (gated.length > 0) {
+            const go = await Promise.all(gated.map((p) => p.gate!));
+            const out = new Set(gated.filter((_, i) => !go[i]));
+            if (out.size > 0) {
+              reserved = reserved.filter((p) => !out.has(p));
+              for (const p of out) {
+                void this.#redis.dedupRelease(this.#pendingKey(p), marker).catch(() => {});
+                p.resolve({ id: p.event.id, duplicate: false, withdrawn: true });
+              }
+            }
+          }
           if (reserved.length === 0) {
             intakeBatchesTotal.inc({ outcome: 'duplicate' });
             publishCommit(batch.length, 'duplicate', started, []);
