@@ -422,11 +422,11 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           };
           const t0 = performance.now();
           let result: SubmitResult | undefined;
-          let failure: unknown;
+          let err: unknown;
           try {
             result = await intake.submit(event, { gate: decision.then((d) => d === null) });
-          } catch (err) {
-            failure = err;
+          } catch (e) {
+            err = e;
           }
           const refused = await decision;
           if (refused) {
@@ -434,13 +434,16 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
             return answer(sid, refused.outcome, refused.response);
           }
           if (result?.withdrawn) {
-            // Withdrawn by another submit of the same id whose own check said no (see Intake.submit).
-            failure = errors.unavailable('the same event id is being accepted by another request', {
-              retryAfter,
-            });
+            // Withdrawn with another submit of the same id whose own check said no (Intake.submit).
+            return answer(
+              sid,
+              'unavailable',
+              errorResponse(
+                errors.unavailable('the same event id is being accepted by another request', { retryAfter }),
+              ),
+            );
           }
-          if (failure !== undefined || result === undefined) {
-            const err = failure;
+          if (result === undefined) {
             m.enqueueSeconds.observe({ outcome: 'error' }, (performance.now() - t0) / 1000);
             if (isSpillwayError(err) && err.status >= 400 && err.status < 500) {
               return answer(sid, 'invalid', errorResponse(err));

@@ -27,24 +27,8 @@ end
 
 -- The owner (8 bytes) of body fingerprint `fp` in any bucket of the slots [now - back, now], or nil.
 local function owner(fp, h)
-  for s = now, now - back, -1 do
-    local m = slot_epochs(base, s)
-    if m then
-      for e = m[1], m[2] do
-        local v = bucket(base .. ':' .. s .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e))
-        if v then
-          local i = 1
-          while true do
-            local p = string.find(v, fp, i, true)
-            if not p then break end
-            if (p - 1) % 16 == 0 then return string.sub(v, p + 8, p + 15) end
-            i = p + 1
-          end
-        end
-      end
-    end
-  end
-  return nil
+  local e = find_entry(base, now, back, fp, h, 16)
+  return e and string.sub(e, 9, 16)
 end
 
 -- Claims made by this call (its appends land at the end, where owner() does not look).

@@ -32,8 +32,7 @@ const MAX_BATCH = 256;
  * instead of waiting groupCommitMs; while they are, events accumulate and go out when one finishes
  * (or when the timer fires, whichever is first). Under load the batch is what arrived during one
  * commit's round trips, without a fixed wait in front of each. Two: one commit's reserve and job
- * add overlap the other's, so the process is not idle while a commit waits on Redis; their
- * promotes still go out in the order the commits started (see #commit).
+ * add overlap the other's, so the process is not idle while a commit waits on Redis.
  */
 const MAX_COMMITS_IN_FLIGHT = 2;
 /** How long a "pending" marker lives: long enough for one commit, short enough that a crash frees the id soon. */
@@ -94,8 +93,6 @@ export class DurableIntake implements Intake {
   #timer: NodeJS.Timeout | undefined;
   #soon: NodeJS.Immediate | undefined;
   #committing = 0;
-  /** Settles when the latest commit started has issued its promote (or ended without one). */
-  #promoted: Promise<void> = Promise.resolve();
   #closed = false;
 
   constructor(opts: IntakeOptions) {
@@ -174,21 +171,6 @@ export class DurableIntake implements Intake {
   }
 
   async #commit(batch: Pending[]): Promise<void> {
-    // Promotes go out in commit order: an orderingKey's sequence numbers are given by them
-    // (ord-accept-2n.lua), so a commit that started later never numbers its events first.
-    const before = this.#promoted;
-    let issued!: () => void;
-    this.#promoted = new Promise((r) => {
-      issued = r;
-    });
-    try {
-      await this.#commitInTurn(batch, before, issued);
-    } finally {
-      issued();
-    }
-  }
-
-  async #commitInTurn(batch: Pending[], before: Promise<void>, issued: () => void): Promise<void> {
     const marker = `p:${randomBytes(8).toString('hex')}`;
     const started = performance.now();
     const endTimer = intakeCommitSeconds.startTimer();
@@ -297,9 +279,10 @@ export class DurableIntake implements Intake {
     // the job. It is sent before the answer goes (ioredis sends in call order on a connection, so
     // whatever the client does after its 202 reaches Redis after it) and awaited only when an event
     // carries an orderingKey: its sequence number is given by this call, and the 202 waits for it
-    // (docs/architecture.md, "Ordered delivery per key"). A retry that arrives while it is on its way finds our
-    // pending marker and waits for it to turn "d" (#awaitForeign).
-    await before;
+    // (docs/architecture.md, "Ordered delivery per key"), so an event sent after that 202 is
+    // numbered after it. Two commits in flight hold events that no 202 has ordered yet: their
+    // promotes may land in either order. A retry that arrives while a promote is on its way finds
+    // our pending marker and waits for it to turn "d" (#awaitForeign).
     const ordered = reserved.some((p) => p.event.orderingKey !== undefined);
     const promoting = promoteDedup(
       this.#redis,
@@ -320,7 +303,6 @@ export class DurableIntake implements Intake {
       },
       (err: unknown) => this.#logger.warn({ err }, 'dedup promote failed; worker will promote'),
     );
-    issued();
     if (ordered) await promoting;
     intakeBatchesTotal.inc({ outcome: 'committed' });
     endTimer();

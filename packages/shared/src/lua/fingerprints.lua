@@ -8,13 +8,13 @@ local function bin(hex)
   return (hex:gsub('..', function(c) return string.char(tonumber(c, 16)) end))
 end
 
--- Whether `s` holds `needle` at an entry boundary (entries of `width` bytes).
-local function has(s, needle, width)
+-- Where `s` holds `needle` at an entry boundary (entries of `width` bytes), or nil.
+local function entry_at(s, needle, width)
   local i = 1
   while true do
     local p = string.find(s, needle, i, true)
-    if not p then return false end
-    if (p - 1) % width == 0 then return true end
+    if not p then return nil end
+    if (p - 1) % width == 0 then return p end
     i = p + 1
   end
 end
@@ -47,18 +47,25 @@ local function bucket(key)
   return v
 end
 
--- Whether the fingerprint (8 bytes) is in any bucket of the slots [now - back, now].
-local function seen(base, now, back, fp, h)
+-- The entry of `width` bytes that starts with `fp`, in any bucket of the slots [now - back, now],
+-- or nil.
+local function find_entry(base, now, back, fp, h, width)
   for s = now, now - back, -1 do
     local m = slot_epochs(base, s)
     if m then
       for e = m[1], m[2] do
         local v = bucket(base .. ':' .. s .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e))
-        if v and has(v, fp, 8) then return true end
+        local p = v and entry_at(v, fp, width)
+        if p then return string.sub(v, p, p + width - 1) end
       end
     end
   end
-  return false
+  return nil
+end
+
+-- Whether the fingerprint (8 bytes) is in any bucket of the slots [now - back, now].
+local function seen(base, now, back, fp, h)
+  return find_entry(base, now, back, fp, h, 8) ~= nil
 end
 
 -- Appends an entry to its bucket of `slot`, buffered: each slot's hash is read once and written
