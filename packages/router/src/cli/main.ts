@@ -25,18 +25,19 @@ export function buildProgram(): Command {
       });
       const shown = (h: string) => (h === '0.0.0.0' || h === '::' ? '127.0.0.1' : h);
       const host = shown(s.rt.config.host);
-      process.stdout.write(
-        `spillway ${opts.role} running (pid ${process.pid})\n  admin:  http://${shown(s.rt.config.adminHost)}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)\n`,
-      );
+      // One write: whoever waits for "running" on a pipe sees the whole banner with it.
+      const banner = [
+        `spillway ${opts.role} running (pid ${process.pid})`,
+        `  admin:  http://${shown(s.rt.config.adminHost)}:${s.adminPort}  (/v1, /healthz, /readyz, /metrics)`,
+      ];
       if (opts.role === 'all' || opts.role === 'admin')
-        process.stdout.write(
-          `  console: http://${host}:${s.adminPort}/console  (sign in with the admin token)\n`,
-        );
+        banner.push(`  console: http://${host}:${s.adminPort}/console  (sign in with the admin token)`);
       if (s.ingestPort !== undefined)
-        process.stdout.write(
-          `  ingest: http${s.rt.config.tls ? 's' : ''}://${host}:${s.ingestPort}/ingest/<sourceId>${s.rt.config.tls ? '  (TLS with h2/http1.1, plain HTTP/1.1 and h2c on the same port)' : ''}\n`,
+        banner.push(
+          `  ingest: http${s.rt.config.tls ? 's' : ''}://${host}:${s.ingestPort}/ingest/<sourceId>${s.rt.config.tls ? '  (TLS with h2/http1.1, plain HTTP/1.1 and h2c on the same port)' : ''}`,
         );
-      for (const note of s.notes) process.stdout.write(`  ${note}\n`);
+      for (const note of s.notes) banner.push(`  ${note}`);
+      process.stdout.write(`${banner.join('\n')}\n`);
       const stop = (sig: string) => {
         s.rt.logger.info({ sig }, 'shutting down');
         s.close().then(
