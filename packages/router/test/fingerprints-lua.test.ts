@@ -54,11 +54,8 @@ async function dump(base: string): Promise<Record<string, unknown>> {
   for (const k of await redis.keys(`${base}:*`)) {
     const rel = k.slice(base.length);
     const type = await redis.type(k);
-    if (type === 'hash') {
-      // `c` is the compaction cursor of a slot no longer written (compact_step): not content.
-      const { c: _cursor, ...h } = await redis.hgetall(k);
-      out[rel] = h;
-    } else out[rel] = await redis.getBuffer(k).then((b) => b?.toString('hex'));
+    out[rel] =
+      type === 'hash' ? await redis.hgetall(k) : await redis.getBuffer(k).then((b) => b?.toString('hex'));
     expect(await redis.pttl(k), `${rel} has a TTL`).toBeGreaterThan(0);
   }
   return out;
@@ -156,48 +153,5 @@ describe('slot filters (fingerprints.lua)', () => {
     console.log(`bucket GETs for 300 hits and 500 misses: ${gets[plain]} unfiltered, ${gets[filtered]} filtered`);
     expect(gets[plain]).toBeGreaterThan(300);
     expect(gets[filtered] * 3).toBeLessThan(gets[plain]);
-  });
-});
-
-describe('compaction of the slot before (fingerprints.lua)', () => {
-  it('rewrites its APPENDed buckets exactly, COMPACT_STEP per call, content and TTL kept', async () => {
-    const tag = randomBytes(4).toString('hex');
-    const base = `{fc-${tag}}:b`;
-    const PER = 8;
-    // Slot 100 written in many small calls: its buckets grow by APPEND, with slack.
-    for (let c = 0; c < 40; c++) {
-      const args: (string | number)[] = [];
-      for (let i = 0; i < 10; i++) args.push(100, randomBytes(8).toString('latin1'), randomBytes(4).readUInt32BE());
-      await redis.eval(SCRIPT, 1, base, 'b', 60_000, PER, ...args);
-    }
-    const keys = (await redis.keys(`${base}:100:*`)).filter((k) => !k.endsWith(':m') && !k.endsWith(':f'));
-    const before = new Map<string, string>();
-    let slack = 0;
-    for (const k of keys) {
-      const v = (await redis.getBuffer(k))!;
-      before.set(k, v.toString('hex'));
-      const exact = `${base}:exact`;
-      await redis.set(exact, v);
-      slack += Number(await redis.memory('USAGE', k)) - Number(await redis.memory('USAGE', exact));
-      await redis.del(exact);
-    }
-    expect(slack).toBeGreaterThan(0);
-    // Writes into slot 101 compact slot 100, 32 buckets per call, until its cursor covers them all.
-    const meta = await redis.hgetall(`${base}:100:m`);
-    const total = 2 ** (Number(meta.l) + 1) - 2 ** Number(meta.e0);
-    for (let c = 0; c < Math.ceil(total / 32) + 1; c++)
-      await redis.eval(SCRIPT, 1, base, 'b', 60_000, PER, 101, randomBytes(8).toString('latin1'), 7);
-    expect(Number(await redis.hget(`${base}:100:m`, 'c'))).toBe(total);
-    let after = 0;
-    for (const k of keys) {
-      expect((await redis.getBuffer(k))!.toString('hex')).toBe(before.get(k));
-      expect(await redis.pttl(k)).toBeGreaterThan(0);
-      const v = (await redis.getBuffer(k))!;
-      const exact = `${base}:exact`;
-      await redis.set(exact, v);
-      after += Number(await redis.memory('USAGE', k)) - Number(await redis.memory('USAGE', exact));
-      await redis.del(exact);
-    }
-    expect(after).toBe(0);
   });
 });

@@ -24,102 +24,109 @@ local function entry_at(s, needle, width)
   end
 end
 
--- Filter parameters: 16 bits per target entry, 3 bits per entry in one 32-bit block of its region
--- (a blocked filter: one BITFIELD op per fingerprint and epoch). A full region answers "maybe" for
--- ~1 % of absent fingerprints, a half-full one for ~0.2 %. Regions past FILTER_MAX_BITS (a slot of
+-- Filter parameters: 16 bits per target entry, 3 probes (a full region answers "maybe" for ~0.5 %
+-- of absent fingerprints, a half-full one for ~0.08 %). Regions past FILTER_MAX_BITS (a slot of
 -- ~16 M entries at 256 per bucket) are not filtered: their buckets are always read.
-local FILTER_BITS, FILTER_MAX_BITS = 16, 2 ^ 28
-local POW2 = {}
-for e = 0, 30 do POW2[e] = 2 ^ e end
+local FILTER_BITS, FILTER_K, FILTER_MAX_BITS = 16, 3, 2 ^ 28
 
--- Fingerprint `fp` (8 bytes)'s block in a region of `r` bits (r a multiple of 32), from its first
--- 32 bits, and three bits of that block (0 = the block's last bit), from the bytes after them.
-local function probe(fp, r)
-  local b1, b2, b3, b4, b5, b6, b7 = string.byte(fp, 1, 7)
+-- The FILTER_K bit offsets of fingerprint `fp` (8 bytes) in a region of `r` bits starting at `off`
+-- (double hashing over the fingerprint's two 32-bit halves).
+local function probes(fp, off, r)
+  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(fp, 1, 8)
   local a = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-  return math.fmod(a, r / 32), b5 % 32, b6 % 32, b7 % 32
+  local b = ((b5 * 256 + b6) * 256 + b7) * 256 + b8
+  if b % 2 == 0 then b = b + 1 end
+  local out = {}
+  for i = 0, FILTER_K - 1 do out[i + 1] = off + math.fmod(a + i * b, r) end
+  return out
+end
+
+-- BITFIELD (or BITFIELD_RO) of one op per offset (GET u1 o, or SET u1 o 1), in calls of at most
+-- 1,000 offsets (Lua's unpack limit); the replies in order.
+local function bitfield(cmd, key, offsets)
+  local out = {}
+  for i = 1, #offsets, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #offsets) do
+      args[#args + 1] = cmd == 'BITFIELD' and 'SET' or 'GET'
+      args[#args + 1] = 'u1'
+      args[#args + 1] = offsets[j]
+      if cmd == 'BITFIELD' then args[#args + 1] = 1 end
+    end
+    for _, v in ipairs(redis.call(cmd, key, unpack(args))) do out[#out + 1] = v end
+  end
+  return out
 end
 
 -- Where epoch e's region of a slot whose filter starts at epoch e0 with f bits begins, and its size.
 local function region(f, e0, e)
-  return f * (POW2[e] - POW2[e0]), f * POW2[e]
+  return f * (2 ^ e - 2 ^ e0), f * 2 ^ e
 end
 
 -- Reads of one script call, kept for the rest of it: a group commit checks every id against the
 -- same slot metas and mostly the same buckets, so each key is read once per call, not once per id
 -- (with a 24-slot window that was 25 HMGETs per id). Writes of the call are buffered
 -- (append_buffered) and land at its end, so nothing read here goes stale within the call.
-local memo_live, memo_bucket = {}, {}
+local memo_meta, memo_bucket = {}, {}
 
--- The slots of [now - back, now] that exist, newest first, each { e0, l, f (filter bits or nil),
--- prefix = '<base>:<slot>:', passed = {} }: read once per call.
-local function live_slots(base, now, back)
-  local k = base .. ':' .. now .. ':' .. back
-  local list = memo_live[k]
-  if not list then
-    list = {}
-    for s = now, now - back, -1 do
-      local prefix = base .. ':' .. s .. ':'
-      local v = redis.call('HMGET', prefix .. 'm', 'e0', 'l', 'f')
-      if v[1] then
-        list[#list + 1] = { e0 = tonumber(v[1]), l = tonumber(v[2]), f = tonumber(v[3]), prefix = prefix, passed = {} }
-      end
-    end
-    memo_live[k] = list
+-- The epochs {first, last, filter bits} slot `s` has, or false when it has none.
+local function slot_epochs(base, s)
+  local key = base .. ':' .. s .. ':m'
+  local m = memo_meta[key]
+  if m == nil then
+    local v = redis.call('HMGET', key, 'e0', 'l', 'f')
+    m = v[1] and { tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) } or false
+    memo_meta[key] = m
   end
-  return list
+  return m
 end
 
 -- The fingerprints this call will look up (filter_want), so that a slot's filter is read once for
--- all of them.
-local wanted = {}
+-- all of them; and per slot, which (fingerprint, epoch) the filter passed.
+local wanted, passed = {}, {}
 local function filter_want(fp)
   wanted[#wanted + 1] = fp
 end
 
--- Whether epoch e of live slot `sl` may hold fingerprint fp: true without a filter or past its
--- size, else what the slot's filter says; one BITFIELD_RO reads it for every wanted fingerprint
--- not asked yet and every filtered epoch of the slot.
-local function may_hold(sl, e, fp)
-  local f = sl.f
-  if not f or f * POW2[e] > FILTER_MAX_BITS then return true end
-  local res = sl.passed
+-- Whether epoch e of slot s (meta m) may hold fingerprint fp: true without a filter or past its
+-- size, else what the slot's filter says, read with one BITFIELD for every wanted fingerprint.
+local function may_hold(base, s, m, e, fp)
+  local f = m[3]
+  if not f or f * 2 ^ e > FILTER_MAX_BITS then return true end
+  local key = base .. ':' .. s .. ':f'
+  local res = passed[key]
+  if not res then
+    res = {}
+    passed[key] = res
+  end
   if res[fp] == nil then
-    local fps, ops, here = {}, {}, {}
+    local fps, offsets, seen_here = {}, {}, {}
     for _, x in ipairs(wanted) do
-      if res[x] == nil and not here[x] then
-        here[x] = true
+      if res[x] == nil and not seen_here[x] then
+        seen_here[x] = true
         fps[#fps + 1] = x
       end
     end
-    if not here[fp] then fps[#fps + 1] = fp end
-    local last = sl.l
-    while last > sl.e0 and f * POW2[last] > FILTER_MAX_BITS do last = last - 1 end
-    local masks = {}
+    if not seen_here[fp] then fps[#fps + 1] = fp end
+    local last = m[2]
+    while last > m[1] and f * 2 ^ last > FILTER_MAX_BITS do last = last - 1 end
     for _, x in ipairs(fps) do
-      for ep = sl.e0, last do
-        local off, r = region(f, sl.e0, ep)
-        local block, b1, b2, b3 = probe(x, r)
-        ops[#ops + 1] = off + block * 32
-        masks[#masks + 1] = bit.bor(bit.lshift(1, b1), bit.lshift(1, b2), bit.lshift(1, b3))
+      for ep = m[1], last do
+        local off, r = region(f, m[1], ep)
+        for _, o in ipairs(probes(x, off, r)) do offsets[#offsets + 1] = o end
       end
     end
-    local words = {}
-    for i = 1, #ops, 2000 do
-      local args = {}
-      for j = i, math.min(i + 1999, #ops) do
-        args[#args + 1] = 'GET'
-        args[#args + 1] = 'u32'
-        args[#args + 1] = ops[j]
-      end
-      for _, w in ipairs(redis.call('BITFIELD_RO', sl.prefix .. 'f', unpack(args))) do words[#words + 1] = w end
-    end
+    local bits = bitfield('BITFIELD_RO', key, offsets)
     local i = 1
     for _, x in ipairs(fps) do
       local t = {}
-      for ep = sl.e0, last do
-        t[ep] = bit.band(words[i], masks[i]) == masks[i]
-        i = i + 1
+      for ep = m[1], last do
+        local all = true
+        for _ = 1, FILTER_K do
+          if bits[i] == 0 then all = false end
+          i = i + 1
+        end
+        t[ep] = all
       end
       res[x] = t
     end
@@ -140,12 +147,15 @@ end
 -- The entry of `width` bytes that starts with `fp`, in any bucket of the slots [now - back, now],
 -- or nil.
 local function find_entry(base, now, back, fp, h, width)
-  for _, sl in ipairs(live_slots(base, now, back)) do
-    for e = sl.e0, sl.l do
-      if may_hold(sl, e, fp) then
-        local v = bucket(sl.prefix .. e .. ':' .. math.fmod(h, POW2[e]))
-        local p = v and entry_at(v, fp, width)
-        if p then return string.sub(v, p, p + width - 1) end
+  for s = now, now - back, -1 do
+    local m = slot_epochs(base, s)
+    if m then
+      for e = m[1], m[2] do
+        if may_hold(base, s, m, e, fp) then
+          local v = bucket(base .. ':' .. s .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e))
+          local p = v and entry_at(v, fp, width)
+          if p then return string.sub(v, p, p + width - 1) end
+        end
       end
     end
   end
@@ -158,20 +168,14 @@ local function seen(base, now, back, fp, h)
 end
 
 -- Appends an entry to its bucket of `slot`, buffered: each slot's hash is read once and written
--- once, and each bucket gets ONE `APPEND` of this call's entries, by flush_appends(), which the
--- script calls before it returns. A slot starts at the epoch its predecessor's count needs (about
--- `per` entries a bucket) and moves to the next one once the entries written exceed
--- per * (2^e0 + ... + 2^e). What is appended is not visible to seen() in the same call: a script
--- that must see its own earlier entries keeps them itself (body-claim-1). With `filtered`, a slot
--- this call starts gets a filter and each entry's first 8 bytes set their bits in it (a slot started
--- without one keeps none: its older entries are not in it).
---
--- Why APPEND and not a rewrite: a `SET` of the whole bucket (~2 KiB) for each 8-byte entry was what
--- Redis wrote to its AOF and sent its replicas, ~20 µs per write on an AOF Redis (docs/storage.md,
--- "Appends and compaction"). APPEND sends only the entry, but grows a string with slack (up to 2x):
--- so while a slot is the current one its buckets keep that slack, and the calls that write the slot
--- after it rewrite its buckets exactly, COMPACT_STEP at a time (compact_step below).
-local COMPACT_STEP = 32
+-- once, and each bucket read once and rewritten once, by flush_appends(), which the script calls
+-- before it returns. A slot starts at the epoch its predecessor's count needs (about `per` entries
+-- a bucket) and moves to the next one once the entries written exceed per * (2^e0 + ... + 2^e).
+-- Rewritten with SET (exact allocation, no append slack); every key written gets the TTL. What is
+-- appended is not visible to seen() in the same call: a script that must see its own earlier
+-- entries keeps them itself (body-claim-1). With `filtered`, a slot this call starts gets a filter
+-- and each entry's first 8 bytes set their bits in it (a slot started without one keeps none: its
+-- older entries are not in it).
 local slots, buckets, order = {}, {}, {}
 local function append_buffered(base, slot, entry, h, per, filtered)
   local meta = base .. ':' .. slot .. ':m'
@@ -179,8 +183,8 @@ local function append_buffered(base, slot, entry, h, per, filtered)
   if not m then
     local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'f')
     local e0 = tonumber(v[1])
-    m = { key = meta, base = base, slot = slot, fkey = base .. ':' .. slot .. ':f', new = not e0, added = 0, n = tonumber(v[3] or '0'), bits = {} }
-    m.f = tonumber(v[4]) or (not e0 and filtered and math.ceil(per * FILTER_BITS / 32) * 32) or nil
+    m = { key = meta, fkey = base .. ':' .. slot .. ':f', new = not e0, added = 0, n = tonumber(v[3] or '0'), bits = {} }
+    m.f = tonumber(v[4]) or (not e0 and filtered and per * FILTER_BITS) or nil
     if not e0 then
       local prev = tonumber(redis.call('HGET', base .. ':' .. (slot - 1) .. ':m', 'n') or '0')
       e0 = 0
@@ -200,74 +204,30 @@ local function append_buffered(base, slot, entry, h, per, filtered)
   local k = base .. ':' .. slot .. ':' .. e .. ':' .. math.fmod(h, 2 ^ e)
   local b = buckets[k]
   if not b then
-    b = {}
+    b = { bucket(k) or '' }
     buckets[k] = b
     order[#order + 1] = k
   end
   b[#b + 1] = entry
-  if m.f and m.f * POW2[e] <= FILTER_MAX_BITS then
+  if m.f and m.f * 2 ^ e <= FILTER_MAX_BITS then
     local off, r = region(m.f, m.e0, e)
-    local block, b1, b2, b3 = probe(entry, r)
-    local at = off + block * 32 + 31
-    m.bits[#m.bits + 1] = at - b1
-    m.bits[#m.bits + 1] = at - b2
-    m.bits[#m.bits + 1] = at - b3
+    for _, o in ipairs(probes(entry, off, r)) do m.bits[#m.bits + 1] = o end
   end
-end
-
--- Rewrites up to COMPACT_STEP buckets of slot `slot` of `base` exactly (GET, then SET ... KEEPTTL:
--- no APPEND slack), from where the last step left off (its meta's `c`, an index over the buckets
--- of epochs e0..l in order). Called for the slot before the one being written, which no longer
--- grows.
-local function compact_step(base, slot)
-  local meta = base .. ':' .. slot .. ':m'
-  local v = redis.call('HMGET', meta, 'e0', 'l', 'c')
-  local e0, l = tonumber(v[1]), tonumber(v[2])
-  if not e0 then return end
-  local total = POW2[l + 1] - POW2[e0]
-  local c = tonumber(v[3] or '0')
-  if c >= total then return end
-  local stop = math.min(total, c + COMPACT_STEP)
-  for i = c, stop - 1 do
-    -- index i is bucket (i - (2^e - 2^e0)) of the epoch e with 2^e - 2^e0 <= i < 2^(e+1) - 2^e0
-    local e = e0
-    while i >= POW2[e + 1] - POW2[e0] do e = e + 1 end
-    local k = base .. ':' .. slot .. ':' .. e .. ':' .. (i - (POW2[e] - POW2[e0]))
-    local cur = redis.call('GET', k)
-    if cur then redis.call('SET', k, cur, 'KEEPTTL') end
-  end
-  redis.call('HSET', meta, 'c', stop)
 end
 
 local function flush_appends(ttl)
-  local compacted = {}
   for _, x in ipairs(order) do
     if type(x) == 'string' then
-      -- A bucket new in this call gets the TTL; one that exists keeps the TTL its first write gave
-      -- (every write of a slot falls within the slot, and the TTL is the window plus one slot).
-      local add = table.concat(buckets[x])
-      if redis.call('APPEND', x, add) == #add then redis.call('PEXPIRE', x, ttl) end
+      redis.call('SET', x, table.concat(buckets[x]), 'PX', ttl)
     else
       if x.new and x.f then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l, 'f', x.f)
       elseif x.new then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l)
       elseif x.l > x.l0 then redis.call('HSET', x.key, 'l', x.l) end
       redis.call('HINCRBY', x.key, 'n', x.added)
       redis.call('PEXPIRE', x.key, ttl)
-      for i = 1, #x.bits, 1000 do
-        local args = {}
-        for j = i, math.min(i + 999, #x.bits) do
-          args[#args + 1] = 'SET'
-          args[#args + 1] = 'u1'
-          args[#args + 1] = x.bits[j]
-          args[#args + 1] = 1
-        end
-        redis.call('BITFIELD', x.fkey, unpack(args))
-      end
-      if #x.bits > 0 then redis.call('PEXPIRE', x.fkey, ttl) end
-      local prev = x.base .. ':' .. (x.slot - 1)
-      if not compacted[prev] then
-        compacted[prev] = true
-        compact_step(x.base, x.slot - 1)
+      if #x.bits > 0 then
+        bitfield('BITFIELD', x.fkey, x.bits)
+        redis.call('PEXPIRE', x.fkey, ttl)
       end
     end
   end
