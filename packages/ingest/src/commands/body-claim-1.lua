@@ -31,8 +31,6 @@ local function owner(fp, h)
   return e and string.sub(e, 9, 16)
 end
 
-for i = 5, #ARGV, 3 do filter_want(bin(ARGV[i])) end
-
 -- Claims made by this call (its appends land at the end, where owner() does not look).
 local claimed = {}
 local out = {}
@@ -40,7 +38,7 @@ for i = 5, #ARGV, 3 do
   local fp, mine, h = bin(ARGV[i]), bin(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local o = claimed[fp] or owner(fp, h)
   if not o then
-    append_buffered(base, now, fp .. mine, h, per, true)
+    append_buffered(base, now, fp .. mine, h, per)
     claimed[fp] = mine
     out[#out + 1] = 0
   elseif o == mine then

@@ -18,10 +18,6 @@ local now, back, per, check = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARG
 
 --@include fingerprints.lua
 
-if check then
-  for i = 6, #ARGV, 2 do filter_want(bin(ARGV[i])) end
-end
-
 local added, here = 0, {}
 for i = 6, #ARGV, 2 do
   local hex, h = ARGV[i], tonumber(ARGV[i + 1])
@@ -31,7 +27,7 @@ for i = 6, #ARGV, 2 do
   local skip = here[hex] or (check and (redis.call('GET', pk) == 'd' or seen(base, now, back, fp, h)))
   -- Already seen (the intake's promote took): nothing to write, not even the marker again.
   if not skip then
-    append_buffered(base, now, fp, h, per, true)
+    append_buffered(base, now, fp, h, per)
     added = added + 1
     here[hex] = true
     redis.call('SET', pk, 'd', 'PX', 60000)

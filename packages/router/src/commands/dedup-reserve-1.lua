@@ -1,9 +1,8 @@
 --[[
   Reserves the event ids of one group commit of ONE tenant (docs/storage.md, "Dedup"). An id is a
   duplicate when its 8-byte fingerprint is in one of the tenant's slot buckets of the window, or
-  when its pending marker says "d" (promoted a moment ago). Its pending marker is set first (SET NX
-  PX GET: one command answers "someone has it" or takes it), so two processes accepting the same id
-  at once cannot both win; an id found in the buckets then gets the "d" marker instead.
+  when its pending marker says "d" (promoted a moment ago). Otherwise its pending marker is set
+  (SET NX PX), so two processes accepting the same id at once cannot both win.
   KEYS[1] the tenant's dedup base ({t:<tenant>}:dd); buckets <base>:<slot>:<epoch>:<n>, slot meta
           <base>:<slot>:m (e0 = first epoch, l = last epoch, n = entries), markers <base>:p:<hex>
   ARGV[1] this intake's pending marker ("p:<token>")
@@ -19,20 +18,18 @@ local now, back = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 --@include fingerprints.lua
 
-for i = 5, #ARGV, 2 do filter_want(bin(ARGV[i])) end
-
 local out = {}
 for i = 5, #ARGV, 2 do
   local hex, h = ARGV[i], tonumber(ARGV[i + 1])
   local pk = base .. ':p:' .. hex
-  local old = redis.call('SET', pk, marker, 'PX', ttl, 'NX', 'GET')
-  if old then
-    out[#out + 1] = old
+  local cur = redis.call('GET', pk)
+  if cur then
+    out[#out + 1] = cur
   elseif seen(base, now, back, bin(hex), h) then
-    redis.call('SET', pk, 'd', 'PX', 60000)
     out[#out + 1] = 'd'
   else
-    out[#out + 1] = 0
+    local old = redis.call('SET', pk, marker, 'PX', ttl, 'NX', 'GET')
+    if old then out[#out + 1] = old else out[#out + 1] = 0 end
   end
 end
 return out
