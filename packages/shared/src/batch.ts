@@ -14,6 +14,13 @@ export interface BatchedWriterOptions<B> {
    * as it ends (a producer with one request in flight). Default: writes may overlap.
    */
   serial?: boolean;
+  /**
+   * Serial only: at least this long from the start of one write to the start of the next, so a
+   * busy writer sends fewer, larger batches instead of one per round trip (each write has a fixed
+   * cost: a Kafka produce, a Redis pipeline, a rewrite of every index bucket it touches). `flush()`
+   * does not wait for it. Default 0: the next write starts as soon as one ends.
+   */
+  spacingMs?: number;
 }
 
 /**
@@ -32,6 +39,8 @@ export class BatchedWriter<B> {
   #pump: Promise<void> | undefined;
   /** Serial: flush() callers waiting for the next batch the loop takes to be written. */
   #waiters: (() => void)[] = [];
+  /** Serial with spacingMs: ends the loop's pause between writes early (flush()). */
+  #endPause: (() => void) | undefined;
 
   constructor(opts: BatchedWriterOptions<B>) {
     this.#o = opts;
@@ -54,6 +63,7 @@ export class BatchedWriter<B> {
     if (this.#o.serial) {
       // The loop's next take holds everything buffered now; it resolves us after writing it.
       const written = new Promise<void>((resolve) => this.#waiters.push(resolve));
+      this.#endPause?.();
       this.#pump ??= this.#loop();
       return written;
     }
@@ -75,11 +85,14 @@ export class BatchedWriter<B> {
           for (const w of waiters) w();
           return;
         }
+        const started = performance.now();
         try {
           await this.#o.write(batch);
         } finally {
           for (const w of waiters) w();
         }
+        const left = started + (this.#o.spacingMs ?? 0) - performance.now();
+        if (left > 0 && this.#waiters.length === 0) await this.#pause(left);
       }
     } catch {
       // The owner logged it and decides when to try again (schedule()).
@@ -89,6 +102,21 @@ export class BatchedWriter<B> {
       this.#waiters = [];
       for (const w of waiters) w();
     }
+  }
+
+  /** Waits `ms`, or less if flush() is called meanwhile; never keeps the process alive. */
+  #pause(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(done, ms);
+      t.unref();
+      const self = this;
+      function done() {
+        clearTimeout(t);
+        self.#endPause = undefined;
+        resolve();
+      }
+      this.#endPause = done;
+    });
   }
 
   #track(p: Promise<void>): void {

@@ -1,6 +1,7 @@
 import {
   BatchedWriter,
   errors,
+  ListWriter,
   generateWhsec,
   parseScriptName,
   parseWhsec,
@@ -122,6 +123,41 @@ describe('BatchedWriter', () => {
     // Put back and not retried at once: the owner schedules the retry.
     expect(writes).toEqual([[1], [2, 3], [4]]);
     expect(buf).toEqual([4]);
+  });
+});
+
+describe('BatchedWriter spacingMs', () => {
+  it('a busy serial writer waits spacingMs between write starts, and flush() does not wait', async () => {
+    const starts: number[] = [];
+    const writes: number[][] = [];
+    const w = new ListWriter<number>({
+      flushMs: 1,
+      serial: true,
+      spacingMs: 60,
+      write: async (b) => {
+        starts.push(performance.now());
+        writes.push(b);
+      },
+    });
+    // A steady stream for ~250 ms: without spacing every event-loop turn would be its own write.
+    const t0 = performance.now();
+    let n = 0;
+    while (performance.now() - t0 < 250) {
+      w.add(n++);
+      await sleep(2);
+    }
+    await waitFor(() => !w.busy, 'the writer to go idle', 5_000, 1);
+    expect(writes.flat()).toEqual(Array.from({ length: n }, (_, i) => i));
+    expect(writes.length).toBeLessThanOrEqual(6);
+    for (let i = 1; i < starts.length; i++) expect(starts[i]! - starts[i - 1]!).toBeGreaterThanOrEqual(55);
+    // flush() in the pause after a write starts the next write at once.
+    w.add(-1);
+    await waitFor(() => writes.length > 0 && writes.at(-1)!.includes(-1), 'the write of -1', 5_000, 1);
+    w.add(-2);
+    const f0 = performance.now();
+    await w.flush();
+    expect(writes.at(-1)).toEqual([-2]);
+    expect(performance.now() - f0).toBeLessThan(40);
   });
 });
 

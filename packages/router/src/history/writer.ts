@@ -19,6 +19,14 @@ import { type AttemptRecord, attemptMember, type EventRecord } from './wire.ts';
 
 /** History records wait this long for company before one produce carries them all. */
 const FLUSH_MS = 20;
+/**
+ * At least this long from one flush's start to the next's. Without it a busy worker flushed once per
+ * round trip (hundreds of times a second), and every flush pays a produce, a Redis pipeline, an
+ * index Lua call that rewrites each bucket it touches, and a health command per endpoint: that was
+ * about a third of a worker's CPU per delivery (docs/benchmarks/profile.md). History is a record,
+ * so it becomes visible up to this much later.
+ */
+const SPACING_MS = 50;
 /** Records per flush at most (a busy worker flushes sooner). */
 const MAX_BATCH = 4000;
 /** Bytes of record values per produce request (bodies may be large; see the spill producer). */
@@ -73,6 +81,7 @@ export class HistoryWriter {
     flushMs: FLUSH_MS,
     maxItems: MAX_BATCH,
     serial: true,
+    spacingMs: SPACING_MS,
     write: (items) => this.#write(items),
   });
 
