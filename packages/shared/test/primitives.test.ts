@@ -1,8 +1,8 @@
 import {
   BatchedWriter,
   errors,
-  ListWriter,
   generateWhsec,
+  ListWriter,
   parseScriptName,
   parseWhsec,
   retryDelayMs,
