@@ -11,7 +11,7 @@ import {
 import type { Kafka, Message } from 'kafkajs';
 import { type PipeCommands, withCommands } from '../commands/index.ts';
 import { historyDroppedTotal, historyRecordsTotal } from '../metrics.ts';
-import { fingerprint, INDEX_PER_BUCKET, INDEX_SLOT_MS } from '../records/fingerprints.ts';
+import { type Fingerprint, fingerprint, INDEX_PER_BUCKET, INDEX_SLOT_MS } from '../records/fingerprints.ts';
 import { firstError, groupByTenant, pipelineByTag } from '../records/pipeline.ts';
 import { eventToWire } from '../worker/fanout.ts';
 import { type HistoryTopics, historyPartition, lazyProducer } from './topics.ts';
@@ -40,7 +40,7 @@ const SEND_TRIES = 6;
 
 /** A record waiting for the next flush; it is serialized only when its send starts. */
 type Item =
-  | { kind: 'e'; tenantId: string; rec: EventRecord; value?: string }
+  | { kind: 'e'; tenantId: string; rec: EventRecord; fp?: Fingerprint; value?: string }
   | { kind: 'a'; tenantId: string; rec: AttemptRecord; value?: string };
 
 export interface HistoryWriterOptions {
@@ -91,10 +91,13 @@ export class HistoryWriter {
     this.#producer = lazyProducer(opts.kafka);
   }
 
-  /** A fanned-out event: its body and the endpoints it went to (called once per intake job event). */
-  event(ev: SpillwayEvent, endpointIds: readonly string[]): void {
+  /**
+   * A fanned-out event: its body and the endpoints it went to (called once per intake job event).
+   * `fp`: the id's fingerprint when the caller has it (the worker computed it for dedup).
+   */
+  event(ev: SpillwayEvent, endpointIds: readonly string[], fp?: Fingerprint): void {
     const rec: EventRecord = { ...eventToWire(ev), p: [...endpointIds], at: Date.now() };
-    this.#add({ kind: 'e', tenantId: ev.tenantId, rec });
+    this.#add(fp ? { kind: 'e', tenantId: ev.tenantId, rec, fp } : { kind: 'e', tenantId: ev.tenantId, rec });
   }
 
   /** One attempt that ended (or a dead letter without one: `endpoint_disabled`). */
@@ -246,7 +249,7 @@ export class HistoryWriter {
             r.count++;
           }
           if (it.kind === 'e') {
-            const fp = fingerprint(it.rec.i);
+            const fp = it.fp ?? fingerprint(it.rec.i);
             ids.push(hour, minute, fp.index, fp.bucket);
             continue;
           }

@@ -43,19 +43,21 @@ export interface WireTask {
 }
 
 /**
- * The base64 form a body arrived in (job data, spill record), kept while the body lives: a task
- * that is spilled, re-appended or dead-lettered is written with it instead of encoding the body
- * again (once per task: ten times for an event fanned out to ten endpoints).
+ * The base64 form a body arrived in (job data, spill record), kept on the event while it lives: a
+ * task that is spilled, re-appended or dead-lettered is written with it instead of encoding the
+ * body again (once per task: ten times for an event fanned out to ten endpoints). A property of the
+ * event object, not a WeakMap entry: one ephemeron per event in flight was GC work on every delivery.
  */
-const wireBodies = new WeakMap<Buffer, string>();
+const WIRE_BODY = Symbol('spillway.wireBody');
+type WiredEvent = SpillwayEvent & { [WIRE_BODY]?: string };
 /** Larger bodies are not cached: their string would sit in the V8 heap beside the Buffer. */
 const WIRE_CACHE_MAX = 64 * 1024;
 
 export function eventToWire(ev: SpillwayEvent): WireEvent {
-  let b = wireBodies.get(ev.body);
+  let b = (ev as WiredEvent)[WIRE_BODY];
   if (b === undefined) {
     b = ev.body.toString('base64');
-    if (ev.body.length <= WIRE_CACHE_MAX) wireBodies.set(ev.body, b);
+    if (ev.body.length <= WIRE_CACHE_MAX) (ev as WiredEvent)[WIRE_BODY] = b;
   }
   const w: WireEvent = {
     t: ev.tenantId,
@@ -71,15 +73,16 @@ export function eventToWire(ev: SpillwayEvent): WireEvent {
 }
 
 export function eventFromWire(w: WireEvent): SpillwayEvent {
-  const ev: SpillwayEvent = {
+  const body = Buffer.from(w.b, 'base64');
+  const ev: WiredEvent = {
     tenantId: w.t,
     id: w.i,
     type: w.y,
     receivedAt: w.r,
     contentType: w.c,
-    body: Buffer.from(w.b, 'base64'),
+    body,
+    [WIRE_BODY]: body.length <= WIRE_CACHE_MAX ? w.b : undefined,
   };
-  if (ev.body.length <= WIRE_CACHE_MAX) wireBodies.set(ev.body, w.b);
   if (w.s !== undefined) ev.sourceId = w.s;
   if (w.k !== undefined) ev.orderingKey = w.k;
   return ev;

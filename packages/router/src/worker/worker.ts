@@ -213,11 +213,13 @@ export async function createWorker(
         }
         const ev = eventFromWire(w);
         const ts = fanOut(ev, [...v.endpoints.values()]);
-        seen.push({ tenantId: ev.tenantId, fp: fingerprint(ev.id) });
+        const fp = fingerprint(ev.id);
+        seen.push({ tenantId: ev.tenantId, fp });
         // The event log: batched, one produce per flush; nothing here waits for it.
         history.event(
           ev,
           ts.map((t) => t.endpointId),
+          fp,
         );
         if (ev.orderingKey === undefined) tasks.push(...ts);
         else {
