@@ -1,5 +1,5 @@
 /**
- * `pnpm chaos [--short] [--only kill9,redis,kafka,slowloris] [--seed n]`: breaks Spillway on
+ * `pnpm chaos [--short] [--only kill9,redis,kafka,slowloris] [--seed n] [--repeat n]`: breaks Spillway on
  * purpose and prints one line of figures per scenario. Exits non-zero on any loss (an event
  * answered 2xx that never reached its endpoint) or any other broken expectation.
  * Long form by default; `--short` is the CI form (≤ 5 min).
@@ -21,6 +21,13 @@ export const SCENARIOS: Record<string, (o: ScenarioOptions) => Promise<Outcome>>
   kafka,
   slowloris,
 };
+
+/** One line over a scenario's repeated runs: how many, how many lost anything, the totals. */
+function summary(runs: Outcome[]): string {
+  const sum = (f: (o: Outcome) => number) => runs.reduce((a, o) => a + f(o), 0);
+  const failed = runs.filter((o) => o.lost > 0 || o.failures.length).length;
+  return `chaos repeat ${runs[0]?.scenario ?? '?'}: runs=${runs.length} runs_with_loss=${runs.filter((o) => o.lost > 0).length} failed_runs=${failed} accepted=${sum((o) => o.accepted)} delivered=${sum((o) => o.delivered)} duplicates=${sum((o) => o.duplicates)} lost=${sum((o) => o.lost)}`;
+}
 
 export async function runChaos(
   names: string[],
@@ -76,8 +83,22 @@ if (import.meta.main) {
   process.stdout.write(
     `Spillway chaos (${short ? 'short' : 'long'} form, seed ${seed}): ${names.join(', ')}\n`,
   );
-  const outcomes = await runChaos(names, short, seed);
-  process.stdout.write(`\n${outcomes.map(line).join('\n')}\n`);
+  const ri = argv.indexOf('--repeat');
+  const repeat = ri >= 0 ? Number(argv[ri + 1]) : 1;
+  if (!Number.isInteger(repeat) || repeat < 1) {
+    process.stderr.write(`chaos: --repeat wants a whole number ≥ 1, got ${argv[ri + 1]}\n`);
+    process.exit(2);
+  }
+  const outcomes: Outcome[] = [];
+  for (let i = 0; i < repeat; i++) {
+    if (repeat > 1) process.stdout.write(`run ${i + 1}/${repeat} (seed ${seed + i})\n`);
+    outcomes.push(...(await runChaos(names, short, seed + i)));
+  }
+  const lines = outcomes.map(line);
+  // runChaos returns one outcome per name, in order, so scenario j of run i is outcomes[i·k + j].
+  if (repeat > 1)
+    lines.push(...names.map((_, j) => summary(outcomes.filter((_, i) => i % names.length === j))));
+  process.stdout.write(`\n${lines.join('\n')}\n`);
   // The figures the closing note quotes: docs/benchmarks/chaos.json, and the README re-rendered.
   const dir = fileURLToPath(OUT_DIR);
   mkdirSync(dir, { recursive: true });
@@ -86,9 +107,10 @@ if (import.meta.main) {
     command: `pnpm chaos${argv.length ? ` ${argv.join(' ')}` : ''}`,
     form: short ? 'short' : 'long',
     seed,
-    lines: outcomes.map(line),
+    lines,
+    ...(repeat > 1 ? { repeat } : {}),
   };
-  writeFileSync(`${dir}/chaos.json`, `${JSON.stringify(file, null, 2)}\n`);
+  writeFileSync(`${dir}/${repeat > 1 ? 'chaos-repeat' : 'chaos'}.json`, `${JSON.stringify(file, null, 2)}\n`);
   writeReadme(dir, readResults(`${dir}/results.json`), ALL, INTRO);
   process.exit(outcomes.some((o) => o.lost > 0 || o.failures.length) ? 1 : 0);
 }

@@ -171,16 +171,24 @@ export interface ChaosFile {
   form: 'short' | 'long';
   seed: number;
   lines: string[];
+  /** `--repeat n`: each scenario ran n times (seeds seed … seed+n−1); `lines` end with one summary per scenario. */
+  repeat?: number;
 }
 
-export const CHAOS_TEXT = `\`pnpm chaos\` runs the long form (about 8 min), \`pnpm chaos --short\` the CI form (about 3 min; also \`test/chaos/chaos-short.test.ts\`), \`--only kill9,redis,kafka,slowloris\`, \`--seed n\` to replay the kill order. Each scenario runs real \`spillway start --role …\` processes, a node:http sink on loopback that records every \`webhook-id\`, and a load generator posting GitHub-signed events (no client retries: only 2xx answers count as accepted). A run fails on any loss (accepted but never delivered), on a process that dies or does not recover, and (long form only) on the slow-loris timing/memory expectations.
+export const CHAOS_TEXT = `\`pnpm chaos\` runs the long form (about 8 min), \`pnpm chaos --short\` the CI form (about 3 min; also \`test/chaos/chaos-short.test.ts\`), \`--only kill9,redis,kafka,slowloris\`, \`--seed n\` to replay the kill order, \`--repeat n\` to run each scenario n times (seeds n, n+1, …; recorded apart, in chaos-repeat.json). Each scenario runs real \`spillway start --role …\` processes, a node:http sink on loopback that records every \`webhook-id\`, and a load generator posting GitHub-signed events (no client retries: only 2xx answers count as accepted). A run fails on any loss (accepted but never delivered), on a process that dies or does not recover, and (long form only) on the slow-loris timing/memory expectations.
 
 - **kill9**: two ingest processes sharing one port (SO_REUSEPORT), two workers, one admin; 20 rounds (short: 6) of \`kill -9\` of a random one at a random moment under 200 events/s (short: 100), each restarted as a supervisor would.
 - **redis**: a Redis of the run's own (AOF everysec) stopped with SHUTDOWN for 10 s under load, then started on the same AOF: ingest must answer 503 meanwhile, /readyz 200 afterwards, nothing accepted lost, no process restarted.
 - **kafka**: a Kafka broker of the run's own (separate state dir and ports) stopped for ≥ 10 s and started while a paused tenant's tasks are spilled and more arrive; then the tenant is resumed and everything must arrive.
 - **slowloris**: 500 connections trickling one header line per second plus bursts of 20 declared 8 MiB and 10 chunked 4 MiB bodies (source cap 1 MiB) while 100 events/s of real traffic flow; real traffic's p99 within 2× of its p99 without the attack, ingest RSS within its baseline + body budget (64 MiB) + 64 MiB.`;
 
-export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string, chaos?: ChaosFile): string {
+export function readmeText(
+  file: ResultsFile,
+  specs: BenchSpec[],
+  intro: string,
+  chaos?: ChaosFile,
+  repeat?: ChaosFile,
+): string {
   const m = file.machine;
   const lines = [
     '# Spillway benchmarks',
@@ -235,6 +243,15 @@ export function readmeText(file: ResultsFile, specs: BenchSpec[], intro: string,
       '',
     );
   else lines.push('**Last run:** not run yet.', '');
+  if (repeat)
+    lines.push(
+      `**Last repeated run** (${repeat.generatedAt}, \`${repeat.command}\`, ${repeat.form} form, ${repeat.repeat} runs per scenario from seed ${repeat.seed}; the summary lines come last):`,
+      '',
+      '```',
+      ...repeat.lines,
+      '```',
+      '',
+    );
   return `${lines.join('\n')}\n`;
 }
 
@@ -258,10 +275,13 @@ export function writeReadme(
   specs: BenchSpec[],
   intro: string,
 ): void {
-  let chaos: ChaosFile | undefined;
-  try {
-    chaos = JSON.parse(readFileSync(`${dir}/chaos.json`, 'utf8')) as ChaosFile;
-  } catch {}
+  const chaosFile = (name: string): ChaosFile | undefined => {
+    try {
+      return JSON.parse(readFileSync(`${dir}/${name}`, 'utf8')) as ChaosFile;
+    } catch {
+      return undefined;
+    }
+  };
   const empty: ResultsFile = {
     generatedAt: 'never',
     command: 'pnpm bench',
@@ -277,5 +297,8 @@ export function writeReadme(
     },
     results: {},
   };
-  writeFileSync(`${dir}/README.md`, readmeText(file ?? empty, specs, intro, chaos));
+  writeFileSync(
+    `${dir}/README.md`,
+    readmeText(file ?? empty, specs, intro, chaosFile('chaos.json'), chaosFile('chaos-repeat.json')),
+  );
 }

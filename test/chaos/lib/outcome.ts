@@ -86,6 +86,10 @@ export async function settle(
     else if (dlq.has(id)) deadLettered++;
     else if (missing.length < 5) missing.push(id);
   }
+  // Diagnostics on loss: what the event log says happened to the first missing event (accepted?
+  // attempted? with which outcome?), from any live role's admin API.
+  let trace = '';
+  if (c && missing.length) trace = await attemptsOf(c, tid, missing[0]!);
   return {
     delivered,
     deadLettered,
@@ -94,8 +98,24 @@ export async function settle(
     missing,
     /** Worker counters for the tenant when something was missing (queued, spilled, retrying…). */
     state,
+    /** The event log's attempts for the first missing event, as the admin API returns them. */
+    trace,
     extraDelivered: seen.size - delivered,
   };
+}
+
+async function attemptsOf(c: SpillwayCluster, tid: string, eventId: string): Promise<string> {
+  for (const r of c.roles) {
+    if (r.proc.child.exitCode !== null) continue;
+    try {
+      const res = await fetch(
+        `http://127.0.0.1:${r.adminPort}/v1/tenants/${tid}/events/${encodeURIComponent(eventId)}/attempts`,
+        { headers: { authorization: `Bearer ${c.adminToken}` }, signal: AbortSignal.timeout(5000) },
+      );
+      return `${res.status} ${(await res.text()).slice(0, 600)}`;
+    } catch {}
+  }
+  return 'no live admin API';
 }
 
 export const toMiB = (b: number) => b / MiB;
@@ -120,7 +140,7 @@ export function outcome(o: {
   for (const r of o.roles) if (r.proc.child.exitCode !== null) failures.push(describeDeath(r));
   if (s.lost > 0)
     failures.push(
-      `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state})`,
+      `${s.lost} accepted events neither delivered nor dead-lettered (e.g. ${s.missing.join(', ')}; worker counters ${s.state}; attempts of ${s.missing[0]}: ${s.trace})`,
     );
   return {
     scenario: o.scenario,
