@@ -11,5 +11,5 @@ cc="${CC:-cc}"
 # The ring itself (liburing, a real loopback socket): the bound on unsent output (issue 15).
 "$cc" -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-unused-parameter -fsanitize=address,undefined -fno-sanitize-recover=all \
   -D_GNU_SOURCE -I"$here/src/core" "$here/test/test_ring.c" "$here/src/core/ring.c" "$here/src/core/conn.c" \
-  "$here/src/core/http_parser.c" -o "$out/test_ring" -luring -lpthread
+  "$here/src/core/http_parser.c" "$here/src/core/verify.c" -o "$out/test_ring" -luring -lcrypto -lpthread
 "$out/test_ring"

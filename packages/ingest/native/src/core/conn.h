@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "http_parser.h"
+#include "verify.h"
 
 typedef struct spw_buf {
   char *p;
@@ -46,6 +47,8 @@ typedef struct spw_conn {
   uint64_t sink_cap; /* the embedder's cap, given on accept; over it, the embedder answers */
   uint64_t since_ms; /* start of the phase the timers watch */
   uint64_t drained;
+  uint32_t vset;        /* non-zero: the body is being verified on this thread, under that key set */
+  spw_verifier verifier; /* live while vset != 0 */
   uint32_t next_free;
   uint32_t next_dirty;
   char remote[64];

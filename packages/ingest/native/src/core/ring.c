@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -25,6 +26,7 @@
 
 #include "conn.h"
 #include "http_parser.h"
+#include "verify.h"
 
 #define BGID 7
 /* Enough for a client that keeps streaming until it has parsed our answer (then it stops):
@@ -55,6 +57,10 @@ typedef struct route {
   char *path;
   uint32_t len;
   uint64_t cap;
+  /* Verification on this thread (issue 15): the source's keys, and the embedder's name for that key
+   * set (0: this route is not verified here). */
+  uint32_t vset;
+  spw_vsource vs;
 } route;
 
 typedef struct cmd {
@@ -211,6 +217,7 @@ static void emit_head(spw_server *s, spw_conn *c, const hp_head *h) {
   e->content_length = h->content_length;
   e->chunked = (uint8_t)h->chunked;
   e->n_headers = (uint16_t)h->n_headers;
+  e->vset = c->vset;
   char *p = s->batch->arena + e->off;
 #define PUT(ptr, l) do { memcpy(p, (ptr), (l)); p += (l); *p++ = 0; } while (0)
   PUT(h->method.p, h->method.len);
@@ -408,20 +415,74 @@ static void reply_error(spw_server *s, spw_conn *c, int status, const char *why)
   end_over_cap(s, c);
 }
 
-static uint64_t route_cap(spw_server *s, hp_span target) {
+static const route *route_find(spw_server *s, hp_span target) {
   uint32_t len = 0;
   while (len < target.len && target.p[len] != '?') len++;
-  uint64_t cap = s->cfg.max_body_bytes;
   size_t lo = 0, hi = s->n_routes;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
     route *r = &s->routes[mid];
     int cmp = r->len != len ? (r->len < len ? -1 : 1) : memcmp(r->path, target.p, len);
-    if (cmp == 0) return r->cap < cap ? r->cap : cap;
+    if (cmp == 0) return r;
     if (cmp < 0) lo = mid + 1;
     else hi = mid;
   }
-  return cap;
+  return NULL;
+}
+
+static uint64_t unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The value of header `name` (lower case), or NULL when absent. A repeated header makes the request
+ * one this thread does not verify (*repeated): the embedder joins repeats, and decides itself. */
+static const hp_span *header(const hp_head *h, const char *name, int *repeated) {
+  size_t n = strlen(name);
+  const hp_span *found = NULL;
+  for (uint32_t i = 0; i < h->n_headers; i++) {
+    const hp_span *k = &h->headers[i].name;
+    if (k->len != n || strncasecmp(k->p, name, n) != 0) continue;
+    if (found) *repeated = 1;
+    found = &h->headers[i].value;
+  }
+  return found;
+}
+
+/* Starts the body HMAC for a POST to a verified route whose header half passes here. Anything else
+ * (no keys, a header half this thread refuses, a repeated signature header) leaves the request to
+ * the embedder's own verifier: the HEAD event then says vset 0. */
+static void verify_start(spw_conn *c, const route *r, const hp_head *h) {
+  c->vset = 0;
+  if (!r || !r->vset) return;
+  static const char *const names[][3] = {
+      [SPW_KIND_GITHUB] = {"x-hub-signature-256", NULL, NULL},
+      [SPW_KIND_STRIPE] = {"stripe-signature", NULL, NULL},
+      [SPW_KIND_SHOPIFY] = {"x-shopify-hmac-sha256", NULL, NULL},
+      [SPW_KIND_STANDARD] = {"webhook-signature", "webhook-id", "webhook-timestamp"},
+  };
+  int repeated = 0;
+  const hp_span *v[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++)
+    if (names[r->vs.kind][i]) v[i] = header(h, names[r->vs.kind][i], &repeated);
+  if (repeated) return;
+  spw_vheaders vh = {0};
+  if (v[0]) vh.sig = v[0]->p, vh.sig_len = v[0]->len;
+  if (v[1]) vh.id = v[1]->p, vh.id_len = v[1]->len;
+  if (v[2]) vh.ts = v[2]->p, vh.ts_len = v[2]->len;
+  if (spw_verify_begin(&c->verifier, &r->vs, &vh, (int64_t)unix_ms()) != SPW_V_OK) return;
+  c->vset = r->vset;
+}
+
+static void verify_drop(spw_conn *c) {
+  if (c->vset) spw_verify_abort(&c->verifier);
+  c->vset = 0;
+}
+
+static void release_slot(spw_server *s, uint32_t idx) {
+  verify_drop(&s->conns.slots[idx]);
+  spw_conn_release(&s->conns, idx);
 }
 
 static int parse_status(int rc) {
@@ -471,7 +532,9 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
        * and size: the route caps are the sources' POST caps (the pipeline checks the method before
        * the size), the global cap holds for every method. */
       int is_post = h->method.len == 4 && memcmp(h->method.p, "POST", 4) == 0;
-      uint64_t cap = is_post ? route_cap(s, h->target) : s->cfg.max_body_bytes;
+      const route *rt = is_post ? route_find(s, h->target) : NULL;
+      uint64_t cap = s->cfg.max_body_bytes;
+      if (rt && rt->cap < cap) cap = rt->cap;
       if (h->content_length > 0 && (uint64_t)h->content_length > cap) {
         reply_error(s, c, 413, "body exceeds the size limit");
         return len;
@@ -484,6 +547,8 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
       c->accepted = 0;
       c->over_cap = 0;
       c->sink_cap = UINT64_MAX;
+      verify_drop(c);
+      verify_start(c, rt, h);
       emit_head(s, c, h);
       hp_body_init(&c->body, h);
       memset(&c->scan, 0, sizeof c->scan);
@@ -517,6 +582,7 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
           reply_error(s, c, 413, "body exceeds the size limit");
           return len;
         }
+        if (c->vset) spw_verify_update(&c->verifier, o, ol);
         if (!c->responded) emit_body(s, c, o, ol);
         continue;
       }
@@ -525,7 +591,17 @@ static size_t process(spw_server *s, spw_conn *c, const char *buf, size_t len) {
         reply_error(s, c, 400, c->body.error);
         return len;
       }
-      if (!c->responded) emit_text(s, c, SPW_EV_END, NULL);
+      /* The verdict goes up with END: 1 the body matches a signature under one of the keys, 2 it
+       * matches none; 0 not verified here (the embedder verifies). */
+      uint8_t verdict = 0;
+      if (c->vset) {
+        verdict = spw_verify_finish(&c->verifier) == SPW_V_OK ? 1 : 2;
+        c->vset = 0;
+      }
+      if (!c->responded) {
+        spw_event *e = ev_push(s, SPW_EV_END, req_id(s, c), 0);
+        if (e) e->verdict = verdict;
+      }
       c->state = C_WAIT;
       c->want_continue = 0;
       c->since_ms = now_ms(); /* the answer deadline runs from here */
@@ -631,7 +707,7 @@ static void flush_dirty(spw_server *s) {
     /* pump may close (FIN after EOF); the slot can only be reused once no SQE points at it */
     if (c->closing && c->ops == 0) {
       if (!c->handed_off) close(c->fd);
-      spw_conn_release(&s->conns, idx);
+      release_slot(s, idx);
     }
   }
 }
@@ -707,7 +783,10 @@ static void do_continue(spw_server *s, cmd *m) {
 
 static void free_routes(route *r, size_t n) {
   if (!r) return;
-  for (size_t i = 0; i < n; i++) free(r[i].path);
+  for (size_t i = 0; i < n; i++) {
+    free(r[i].path);
+    if (r[i].vset) spw_vsource_free(&r[i].vs);
+  }
   free(r);
 }
 
@@ -938,7 +1017,7 @@ static void *run(void *arg) {
     if (c->state == C_FREE) continue;
     abort_request(s, c, "server stopped");
     close(c->fd);
-    spw_conn_release(&s->conns, i);
+    release_slot(s, i);
   }
   if (s->listen_fd >= 0) close(s->listen_fd);
   s->listen_fd = -1;
@@ -1129,16 +1208,30 @@ static int route_cmp(const void *a, const void *b) {
 }
 
 int spw_server_set_routes(spw_server *s, const char *const *paths, const uint64_t *caps, size_t n) {
+  spw_route_spec *specs = calloc(n ? n : 1, sizeof *specs);
+  if (!specs) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) specs[i] = (spw_route_spec){.path = paths[i], .cap = caps[i]};
+  int rc = spw_server_set_routes_v(s, specs, n);
+  free(specs);
+  return rc;
+}
+
+int spw_server_set_routes_v(spw_server *s, const spw_route_spec *specs, size_t n) {
   route *r = calloc(n ? n : 1, sizeof *r);
   if (!r) return -ENOMEM;
   for (size_t i = 0; i < n; i++) {
-    r[i].path = strdup(paths[i]);
+    r[i].path = strdup(specs[i].path);
     if (!r[i].path) {
       free_routes(r, i);
       return -ENOMEM;
     }
-    r[i].len = (uint32_t)strlen(paths[i]);
-    r[i].cap = caps[i];
+    r[i].len = (uint32_t)strlen(specs[i].path);
+    r[i].cap = specs[i].cap;
+    /* A source whose keys cannot be used here (a kind this thread does not know, no usable secret)
+     * is left to the embedder's verifier, not refused. */
+    if (specs[i].vset && specs[i].n_secrets > 0 &&
+        spw_vsource_init(&r[i].vs, specs[i].kind, specs[i].secrets, specs[i].secret_lens, specs[i].n_secrets) == 0)
+      r[i].vset = specs[i].vset;
   }
   qsort(r, n, sizeof *r, route_cmp);
   return send_cmd(s, (cmd){.type = CMD_ROUTES, .routes = r, .n_routes = n});

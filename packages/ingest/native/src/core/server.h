@@ -54,7 +54,12 @@ int spw_classify_first(const char *p, size_t n);
 typedef struct spw_event {
   uint8_t type;
   uint8_t chunked;
+  /* END: 1 the body matched a signature under the route's keys, 2 it matched none, 0 not verified
+   * here. */
+  uint8_t verdict;
   uint16_t n_headers;
+  /* HEAD: the route's key set (spw_route_spec.vset) this request is verified under; 0 none. */
+  uint32_t vset;
   uint32_t len;
   uint64_t off;
   double id; /* slot * 2^32 + request sequence: exact in a JS number */
@@ -86,6 +91,22 @@ int spw_server_respond(spw_server *srv, double id, const char *data, size_t len,
 int spw_server_continue(spw_server *srv, double id, uint64_t body_cap);
 /* Replaces the route table (exact path without query → body cap). Copies its input. */
 int spw_server_set_routes(spw_server *srv, const char *const *paths, const uint64_t *caps, size_t n);
+
+/* One route with what verifies its POSTs on the ring thread (verify.h): the source's kind
+ * (SPW_KIND_*), its live secrets (at most SPW_V_MAX_KEYS), and vset, the embedder's non-zero name
+ * for that key set, echoed in every HEAD verified under it (0: not verified here). */
+typedef struct spw_route_spec {
+  const char *path;
+  uint64_t cap;
+  uint32_t vset;
+  int kind;
+  int n_secrets;
+  const char *secrets[2];
+  size_t secret_lens[2];
+} spw_route_spec;
+
+/* As spw_server_set_routes, with verification per route. Copies its input (keys are derived here). */
+int spw_server_set_routes_v(spw_server *srv, const spw_route_spec *routes, size_t n);
 /* Stop accepting, finish in-flight requests for up to grace_ms, then stop; SPW_EV_CLOSED follows.
  * drain (a handover to a successor): connections accepted meanwhile are served, and idle keep-alive
  * connections are closed at their idle timeout rather than at once (their client may be sending). */

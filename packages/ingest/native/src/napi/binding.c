@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "verify.h"
 
 typedef struct addon_state {
   uint32_t live_servers; /* per-instance (worker threads each load their own) */
@@ -181,8 +182,13 @@ static void call_js(napi_env env, napi_value cb, void *context, void *data) {
         napi_value chunked;
         napi_get_boolean(env, e->chunked != 0, &chunked);
         napi_set_element(env, ev, 7, chunked);
+        napi_set_element(env, ev, 8, num(env, (double)e->vset));
         break;
       }
+      case SPW_EV_END:
+        /* [3, id, verdict]: 1 signature matched on the ring thread, 2 it did not, 0 not verified there. */
+        napi_set_element(env, ev, 2, num(env, (double)e->verdict));
+        break;
       case SPW_EV_BODY:
         napi_set_element(env, ev, 2, bytes(env, p, e->len));
         break;
@@ -333,17 +339,56 @@ static napi_value js_continue(napi_env env, napi_callback_info info) {
   return num(env, spw_server_continue(as->srv, id, c));
 }
 
-/* setRoutes(handle, paths: string[], caps: number[]) */
+/* A UTF-8 copy of a JS string (malloc'd; *len without the NUL), or NULL. */
+static char *utf8_copy(napi_env env, napi_value v, size_t *len) {
+  if (napi_get_value_string_utf8(env, v, NULL, 0, len) != napi_ok) return NULL;
+  char *out = malloc(*len + 1);
+  if (out) napi_get_value_string_utf8(env, v, out, *len + 1, len);
+  return out;
+}
+
+/* Reads verification spec i ([vset, kind, secrets: string[]] or null) into r; the secrets are
+ * malloc'd into r->secrets. Returns 0, or 2 when it is malformed. */
+static int read_vspec(napi_env env, napi_value specs, uint32_t i, spw_route_spec *r) {
+  napi_value sv;
+  napi_valuetype t;
+  if (napi_get_element(env, specs, i, &sv) != napi_ok || napi_typeof(env, sv, &t) != napi_ok) return 2;
+  if (t == napi_null || t == napi_undefined) return 0;
+  napi_value vv, kv, secs;
+  double vset, kind;
+  uint32_t ns = 0;
+  if (napi_get_element(env, sv, 0, &vv) != napi_ok || napi_get_value_double(env, vv, &vset) != napi_ok ||
+      napi_get_element(env, sv, 1, &kv) != napi_ok || napi_get_value_double(env, kv, &kind) != napi_ok ||
+      napi_get_element(env, sv, 2, &secs) != napi_ok || napi_get_array_length(env, secs, &ns) != napi_ok)
+    return 2;
+  if (!(vset >= 1 && vset <= 4294967295.0) || ns > SPW_V_MAX_KEYS) return 2;
+  for (uint32_t k = 0; k < ns; k++) {
+    napi_value e;
+    if (napi_get_element(env, secs, k, &e) != napi_ok) return 2;
+    char *copy = utf8_copy(env, e, &r->secret_lens[k]);
+    if (!copy) return 2;
+    r->secrets[r->n_secrets++] = copy;
+  }
+  r->vset = (uint32_t)vset;
+  r->kind = (int)kind;
+  return 0;
+}
+
+/* setRoutes(handle, paths: string[], caps: number[], verify?: ([vset, kind, secrets] | null)[]) */
 static napi_value js_set_routes(napi_env env, napi_callback_info info) {
-  SERVER_CALL(3, argc == 3);
-  uint32_t n = 0, n2 = 0;
-  if (!as || napi_get_array_length(env, argv[1], &n) != napi_ok || napi_get_array_length(env, argv[2], &n2) != napi_ok || n != n2)
-    return misuse(env, "setRoutes(handle, paths, caps)");
+  SERVER_CALL(4, argc >= 3);
+  uint32_t n = 0, n2 = 0, n3 = 0;
+  napi_valuetype vt = napi_undefined;
+  if (argc >= 4) napi_typeof(env, argv[3], &vt);
+  int has_v = vt != napi_undefined && vt != napi_null;
+  if (!as || napi_get_array_length(env, argv[1], &n) != napi_ok || napi_get_array_length(env, argv[2], &n2) != napi_ok || n != n2 ||
+      (has_v && (napi_get_array_length(env, argv[3], &n3) != napi_ok || n3 != n)))
+    return misuse(env, "setRoutes(handle, paths, caps, verify?)");
   if (as->closed) return num(env, -ENOTCONN);
   char **paths = calloc(n ? n : 1, sizeof *paths);
-  uint64_t *caps = calloc(n ? n : 1, sizeof *caps);
+  spw_route_spec *specs = calloc(n ? n : 1, sizeof *specs);
   napi_value ret = NULL;
-  int bad = !paths || !caps;
+  int bad = !paths || !specs;
   for (uint32_t i = 0; i < n && !bad; i++) {
     napi_value pv, cv;
     size_t len;
@@ -361,15 +406,23 @@ static napi_value js_set_routes(napi_env env, napi_callback_info info) {
       break;
     }
     napi_get_value_string_latin1(env, pv, paths[i], len + 1, &len);
-    caps[i] = cap > 9007199254740991.0 ? (uint64_t)9007199254740991ULL : (uint64_t)cap;
+    specs[i].path = paths[i];
+    specs[i].cap = cap > 9007199254740991.0 ? (uint64_t)9007199254740991ULL : (uint64_t)cap;
+    if (has_v) bad = read_vspec(env, argv[3], i, &specs[i]);
   }
-  if (bad == 2) ret = misuse(env, "setRoutes: paths must be strings and caps non-negative numbers");
+  if (bad == 2) ret = misuse(env, "setRoutes: paths must be strings, caps non-negative numbers, verify [vset ≥ 1, kind, ≤ 2 secrets] or null");
   else if (bad) ret = num(env, -ENOMEM);
-  else ret = num(env, spw_server_set_routes(as->srv, (const char *const *)paths, caps, n));
+  else ret = num(env, spw_server_set_routes_v(as->srv, specs, n));
+  if (specs)
+    for (uint32_t i = 0; i < n; i++)
+      for (int k = 0; k < specs[i].n_secrets; k++) {
+        memset((char *)specs[i].secrets[k], 0, specs[i].secret_lens[k]);
+        free((char *)specs[i].secrets[k]);
+      }
+  free(specs);
   if (paths)
     for (uint32_t i = 0; i < n; i++) free(paths[i]);
   free(paths);
-  free(caps);
   return ret;
 }
 
