@@ -108,6 +108,11 @@ export interface ConformanceOptions {
    * sockets and budgets stay on `http1`.
    */
   transport?: Transport;
+  /**
+   * The backend HMACs bodies itself from its route table (io_uring): the suite then checks the
+   * signature was checked there (`spillway_ingest_verified_total{where="ring"}`), not in JS.
+   */
+  ringVerifies?: boolean;
 }
 
 export function runIngestConformance(
@@ -153,8 +158,27 @@ export function runIngestConformance(
       });
       servers.push(srv);
       const { port } = await srv.listen();
-      return { base: client.base(port), port, pipeline, server: srv };
+      const served = { base: client.base(port), port, pipeline, server: srv };
+      routed.push(served);
+      syncRoutes();
+      return served;
     }
+    /**
+     * Every served backend's route table follows the sources, as the ingest role keeps it
+     * (routeCapsSync): the io_uring backend then enforces caps and verifies signatures on its ring
+     * thread; the node backend has no table.
+     */
+    const routed: Served[] = [];
+    function syncRoutes() {
+      for (const s of routed) {
+        try {
+          s.server.setRoutes?.(s.pipeline.routeCaps(sources.map.values()));
+        } catch {
+          // closed by its test
+        }
+      }
+    }
+    sources.onChange = syncRoutes;
 
     function source(kind: Source['kind'], extra: Partial<Source> = {}): Source {
       const id = `${kind}-${randomBytes(4).toString('hex')}`;
@@ -460,7 +484,24 @@ export function runIngestConformance(
           ? `whsec_${randomBytes(24).toString('base64')}`
           : `s3cret-${randomBytes(8).toString('hex')}`;
 
+      const where = conf.ringVerifies && transport === 'http1' ? 'ring' : 'js';
       for (const kind of ['github', 'stripe', 'shopify', 'standard'] as const) {
+        it(`${kind}: the signature is checked in ${where === 'ring' ? 'the ring thread' : 'JS'}, with the same answers`, async () => {
+          const src = source(kind, { secret: newSecret(kind) });
+          const url = `${main.base}/ingest/${src.id}`;
+          const count = () => metricValueAsync('spillway_ingest_verified_total', { kind, where });
+          const before = await count();
+          const good = await signed(kind, src.secret);
+          expect((await post(url, good.body, good.headers)).status).toBe(202);
+          const bad = await signed(kind, src.secret);
+          const tampered = Buffer.from(bad.body);
+          const at = tampered.length - 2;
+          tampered.writeUInt8(tampered.readUInt8(at) ^ 1, at);
+          expect((await post(url, tampered, bad.headers)).status).toBe(401);
+          expect(await accepted(bad.id)).toHaveLength(0);
+          expect(await count()).toBe(before + 2);
+        });
+
         it(`${kind}: current and previous secrets verify; an expired previous one and a stranger's do not`, async () => {
           const current = newSecret(kind);
           const previous = newSecret(kind);

@@ -124,12 +124,15 @@ export function createTestRateGate(url: string): RateGate {
 /** Sources kept in memory: the pipeline only needs the SourceDirectory interface. */
 export class MemorySources implements SourceDirectory {
   readonly map = new Map<string, Source>();
+  /** Called after every add (the harness feeds the backends' route tables from it, as the ingest role does). */
+  onChange: (() => void) | undefined;
   async get(id: string): Promise<Source | undefined> {
     return this.map.get(id);
   }
   add(s: Omit<Source, 'createdAt' | 'maxBodyBytes'> & { maxBodyBytes?: number }): Source {
     const src: Source = { maxBodyBytes: 1024 * 1024, createdAt: new Date().toISOString(), ...s };
     this.map.set(src.id, src);
+    this.onChange?.();
     return src;
   }
 }

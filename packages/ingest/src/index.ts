@@ -42,6 +42,7 @@ export type {
   IngestServer,
   IngestServerOptions,
   RequestHead,
+  RouteSpec,
   TlsCredentials,
 } from './server.ts';
 export { TIMESTAMP_TOLERANCE_S } from './verify/index.ts';

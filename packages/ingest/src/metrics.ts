@@ -13,6 +13,11 @@ export interface IngestMetrics {
   requests: Counter<'kind' | 'outcome'>;
   bodyBytes: Counter<'kind'>;
   verifyFailures: Counter<'kind' | 'reason'>;
+  /**
+   * Bodies whose signature was checked, by where the HMAC ran: `ring` (the io_uring thread, under
+   * the route table's keys) or `js` (the pipeline's verifier).
+   */
+  verified: Counter<'kind' | 'where'>;
   /** Signed bodies seen again under another id within the dedup window (answered as duplicates). */
   replays: Counter<'kind'>;
   enqueueSeconds: Histogram<'outcome'>;
@@ -69,6 +74,17 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
           name: 'spillway_ingest_verify_failures_total',
           help: 'Signature verification failures by source kind and reason',
           labelNames: ['kind', 'reason'] as const,
+          registers,
+        }),
+    ),
+    verified: getOrCreate(
+      reg,
+      'spillway_ingest_verified_total',
+      () =>
+        new Counter({
+          name: 'spillway_ingest_verified_total',
+          help: 'Request bodies whose signature was checked, by source kind and where the HMAC ran (ring, js)',
+          labelNames: ['kind', 'where'] as const,
           registers,
         }),
     ),

@@ -6,6 +6,7 @@ import {
   isSpillwayError,
   type Keys,
   type Logger,
+  liveSecrets,
   type RateGate,
   type Source,
   type SourceDirectory,
@@ -18,7 +19,14 @@ import { errorResponse } from './errors.ts';
 import { ingestMetrics } from './metrics.ts';
 import { PreAuthLimiter, type PreAuthRate } from './preauth.ts';
 import type { ReplayGuard } from './replay.ts';
-import type { BodySink, HeadDecision, IngestHandler, IngestResponse, RequestHead } from './server.ts';
+import type {
+  BodySink,
+  HeadDecision,
+  IngestHandler,
+  IngestResponse,
+  RequestHead,
+  RouteSpec,
+} from './server.ts';
 import { prepareVerifier, type Verifier } from './verify/index.ts';
 
 export interface PipelineOptions {
@@ -70,11 +78,13 @@ export interface IngestPipeline extends IngestHandler {
   /** Body bytes held by requests in flight (returns to 0 when all are answered or aborted). */
   readonly inFlightBodyBytes: number;
   /**
-   * The paths this pipeline serves for `sources`, each with its source's maxBodyBytes: the table
-   * for `IngestServer.setRoutes`, so a backend can refuse an oversize body before `begin`. Only the
-   * route format lives here; ids the route could not match are left out.
+   * The paths this pipeline serves for `sources`, each with its source's maxBodyBytes and the kind
+   * and live secrets that verify it (at most two: a backend verifies no more): the table for
+   * `IngestServer.setRoutes`, so a backend can refuse an oversize body before `begin` and HMAC the
+   * body on its own thread. Only the route format lives here; ids the route could not match are
+   * left out.
    */
-  routeCaps(sources: Iterable<Source>): Map<string, number>;
+  routeCaps(sources: Iterable<Source>): Map<string, RouteSpec>;
 }
 
 const ROUTE = /^\/ingest\/([^/?#]{1,200})\/?$/;
@@ -98,6 +108,11 @@ function clientKey(remote: string): string {
   } catch {
     return remote;
   }
+}
+
+/** The same keys, in any order. */
+function sameKeys(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((k) => b.includes(k));
 }
 
 /** A verifier's refusal as a catalog error: 401 unauthorized, 400 invalid_body. */
@@ -270,7 +285,14 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         errorResponse(errors.unavailable('ingest is holding too many body bytes', { retryAfter })),
       );
     }
-    return { accept: createSink(source, head, prepared.verifier, client) };
+    // The backend HMACs the body itself (io_uring) under exactly the keys this request is held to:
+    // then its verdict stands in for ours. Under any other keys (a table not yet refreshed after a
+    // rotation, an overlap that just ended) we verify as if it had not.
+    const native =
+      head.nativeMac !== undefined &&
+      head.nativeMac.kind === source.kind &&
+      sameKeys(head.nativeMac.secrets, liveSecrets(source, clock()));
+    return { accept: createSink(source, head, prepared.verifier, client, native) };
   }
 
   /** The source's rate, spent only once the request is verified. null: admitted. */
@@ -318,7 +340,13 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     return limited ? { outcome: 'rate_limited', response: limited } : null;
   }
 
-  function createSink(source: Source, head: RequestHead, verifier: Verifier, client: string): BodySink {
+  function createSink(
+    source: Source,
+    head: RequestHead,
+    verifier: Verifier,
+    client: string,
+    native: boolean,
+  ): BodySink {
     const sid = source.id;
     const max = source.maxBodyBytes;
     let reserved = 0;
@@ -363,10 +391,10 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         }
         reserved += chunk.length;
         progress.received = received;
-        verifier.update(chunk);
+        if (!native) verifier.update(chunk);
         chunks.push(Buffer.from(chunk));
       },
-      async end() {
+      async end(macOk) {
         const answer = (_sid: string, outcome: string, r: IngestResponse) =>
           answerFor(source.kind, outcome, r, client);
         m.bodyBytes.inc({ kind: source.kind }, received);
@@ -398,7 +426,13 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           return answer(sid, 'aborted', errorResponse(errors.invalidBody('request already finished')));
         try {
           const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, received);
-          const v = verifier.finish(body);
+          const ring = native && macOk !== undefined;
+          m.verified.inc({ kind: source.kind, where: ring ? 'ring' : 'js' });
+          const v = ring
+            ? verifier.finish(body, macOk)
+            : native
+              ? jsVerify(source, head, body)
+              : verifier.finish(body);
           if (!v.ok) {
             m.verifyFailures.inc({ kind: source.kind, reason: v.reason });
             return answer(
@@ -486,13 +520,27 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     };
   }
 
-  function routeCaps(all: Iterable<Source>): Map<string, number> {
-    const caps = new Map<string, number>();
+  /** A body the backend said it would verify but handed up without a verdict: verified here, whole. */
+  function jsVerify(source: Source, head: RequestHead, body: Buffer) {
+    const p = prepareVerifier(source, head.headers, clock());
+    if (!p.ok) return p;
+    p.verifier.update(body);
+    return p.verifier.finish(body);
+  }
+
+  function routeCaps(all: Iterable<Source>): Map<string, RouteSpec> {
+    const caps = new Map<string, RouteSpec>();
+    const now = clock();
     for (const src of all) {
       if (!SOURCE_ID.test(src.id)) continue;
+      const secrets = liveSecrets(src, now);
+      const spec: RouteSpec = {
+        maxBodyBytes: src.maxBodyBytes,
+        ...(secrets.length <= 2 ? { verify: { kind: src.kind, secrets } } : {}),
+      };
       // Both spellings ROUTE accepts; a percent-encoded id misses the table and is capped by the sink.
-      caps.set(`/ingest/${src.id}`, src.maxBodyBytes);
-      caps.set(`/ingest/${src.id}/`, src.maxBodyBytes);
+      caps.set(`/ingest/${src.id}`, spec);
+      caps.set(`/ingest/${src.id}/`, spec);
     }
     return caps;
   }

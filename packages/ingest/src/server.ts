@@ -13,6 +13,19 @@ export interface RequestHead {
   remoteAddress: string;
   /** Content-Length when the request sent one; undefined for chunked bodies. */
   contentLength: number | undefined;
+  /**
+   * Set by a backend that HMACs the body itself (the io_uring ring thread, from its route table):
+   * the source kind and the secrets it verifies under. When they are the source's live secrets,
+   * the pipeline skips its own HMAC and `BodySink.end` gets the backend's verdict.
+   */
+  nativeMac?: { kind: string; secrets: readonly string[] };
+}
+
+/** What a backend may enforce for one ingest path before the pipeline hears of a request. */
+export interface RouteSpec {
+  maxBodyBytes: number;
+  /** Verify POST bodies in the backend (kind and the source's live secrets, at most two). */
+  verify?: { kind: string; secrets: readonly string[] };
 }
 
 export interface IngestResponse {
@@ -29,7 +42,8 @@ export interface BodySink {
   /** Largest body this request may have; the backend answers 413 and closes past it. */
   readonly maxBodyBytes: number;
   write(chunk: Buffer): void;
-  end(): Promise<IngestResponse>;
+  /** `macOk`: the backend's HMAC verdict for a request whose head carried `nativeMac`. */
+  end(macOk?: boolean): Promise<IngestResponse>;
   /** The client went away or the body broke a rule; release whatever the sink holds. */
   abort(reason: string): void;
 }
@@ -115,7 +129,8 @@ export interface IngestServer {
    * the handler hears of the request — a POST whose Content-Length is over its path's cap gets 413
    * at once. Replaces the previous table; safe to call before listen() and while serving. Backends
    * without it rely on `BodySink.maxBodyBytes` alone (the pipeline's caps hold either way). Feed it
-   * from `IngestPipeline.routeCaps(sources)`.
+   * from `IngestPipeline.routeCaps(sources)`. A RouteSpec with `verify` also lets a backend that can
+   * (io_uring) HMAC the body on its own thread.
    */
-  setRoutes?(caps: ReadonlyMap<string, number>): void;
+  setRoutes?(routes: ReadonlyMap<string, number | RouteSpec>): void;
 }

@@ -49,9 +49,12 @@ export type NativeEvent =
       headers: string[],
       contentLength: number,
       chunked: boolean,
+      /** The route key set this request's body is HMACed under on the ring thread; 0 none. */
+      vset: number,
     ]
   | [type: 2, id: number, chunk: Buffer]
-  | [type: 3, id: number]
+  /** verdict: 1 the body matched a signature, 2 it did not, 0 not verified on the ring thread. */
+  | [type: 3, id: number, verdict: number]
   | [type: 4, id: number, reason: string]
   | [type: 5, id: number]
   /** A connection that is not HTTP/1.1 in the clear: its socket (now ours to close) and the bytes read. */
@@ -59,12 +62,23 @@ export type NativeEvent =
 
 type Handle = object;
 
+/** A route's verification as the addon takes it: [key set id ≥ 1, SPW_KIND_*, secrets (≤ 2)]. */
+export type NativeVerify = [vset: number, kind: number, secrets: readonly string[]];
+
+/** verify.h's SPW_KIND_* numbers. */
+export const NATIVE_KINDS: Readonly<Record<string, number>> = {
+  github: 1,
+  stripe: 2,
+  shopify: 3,
+  standard: 4,
+};
+
 interface Binding {
   create(opts: Record<string, unknown>, onEvents: (events: NativeEvent[]) => void): Handle | number;
   listen(h: Handle): number;
   respond(h: Handle, id: number, data: Buffer, close: boolean): number;
   cont(h: Handle, id: number, bodyCap: number): number;
-  setRoutes(h: Handle, paths: string[], caps: number[]): number;
+  setRoutes(h: Handle, paths: string[], caps: number[], verify?: (NativeVerify | null)[]): number;
   close(h: Handle, graceMs: number, drain: boolean): number;
   listenFd(h: Handle): number;
   probe(): [number] | [number, string];
@@ -155,8 +169,9 @@ export class NativeServer {
     if (rc !== -ENOTCONN) check('continue', rc);
   }
 
-  setRoutes(paths: string[], caps: number[]): void {
-    check('setRoutes', this.#b.setRoutes(this.#h, paths, caps));
+  /** `verify[i]`: route i's key set id (≥ 1), its kind and live secrets; null: not verified natively. */
+  setRoutes(paths: string[], caps: number[], verify?: (NativeVerify | null)[]): void {
+    check('setRoutes', this.#b.setRoutes(this.#h, paths, caps, verify));
   }
 
   /**

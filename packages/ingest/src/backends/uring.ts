@@ -16,6 +16,7 @@ import type {
   IngestResponse,
   IngestServer,
   RequestHead,
+  RouteSpec,
   TlsCredentials,
 } from '../server.ts';
 import { createFrontDoor, type FrontDoor, type FrontDoorOptions } from './front.ts';
@@ -26,8 +27,10 @@ import {
   EV_END,
   EV_HANDOFF,
   EV_HEAD,
+  NATIVE_KINDS,
   type NativeEvent,
   NativeServer,
+  type NativeVerify,
   nativeProbe,
 } from './uring-native.ts';
 
@@ -63,7 +66,7 @@ export interface UringIngestServer extends IngestServer {
    * up: a Content-Length over the cap gets 413 at once, a chunked body at the first byte past it.
    * The global maxBodyBytes still applies on top. Replaces the previous table.
    */
-  setRoutes(routes: ReadonlyMap<string, number> | Record<string, number>): void;
+  setRoutes(routes: ReadonlyMap<string, number | RouteSpec> | Record<string, number | RouteSpec>): void;
 }
 
 /** Whether this kernel/sandbox lets the addon run; the reason names what failed. */
@@ -92,7 +95,12 @@ interface Req {
   done: boolean;
   closeAfter: boolean;
   hasBody: boolean;
+  /** END's verdict: 1 the ring thread's HMAC matched, 2 it did not, 0/absent not verified there. */
+  verdict?: number;
 }
+
+/** The kind and secrets a key set id stands for (RequestHead.nativeMac). */
+type VerifyKeys = { kind: string; secrets: readonly string[] };
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const FORBIDDEN_VALUE = /[\0\r\n]/;
@@ -134,7 +142,7 @@ class UringServer implements UringIngestServer {
   readonly #opts: FrontDoorOptions & UringTuning;
   readonly #reqs = new Map<number, Req>();
   #native: NativeServer | undefined;
-  #routes: [string[], number[]] | undefined;
+  #routes: [string[], number[], (NativeVerify | null)[]] | undefined;
   #closing: Promise<void> | undefined;
   #resolveClosed: (() => void) | undefined;
   /** The node half: TLS, HTTP/2 and whatever is not HTTP/1.1 in the clear, handed off the ring. */
@@ -187,11 +195,42 @@ class UringServer implements UringIngestServer {
 
   #closed: Promise<void> | undefined;
 
-  setRoutes(routes: ReadonlyMap<string, number> | Record<string, number>): void {
+  setRoutes(routes: ReadonlyMap<string, number | RouteSpec> | Record<string, number | RouteSpec>): void {
     const entries = routes instanceof Map ? [...routes] : Object.entries(routes);
-    this.#routes = [entries.map(([p]) => p), entries.map(([, c]) => c)];
+    const specs = entries.map(([, r]): RouteSpec => (typeof r === 'number' ? { maxBodyBytes: r } : r));
+    // Key sets get small ids the ring echoes in each HEAD it verifies. An id keeps its keys while
+    // this table or the one before it uses them (a HEAD framed under the old table may still be on
+    // its way up); older ones are forgotten.
+    const used = new Map<number, VerifyKeys>();
+    const verify = specs.map((r): NativeVerify | null => {
+      const v = r.verify;
+      const kind = v && NATIVE_KINDS[v.kind];
+      if (!v || !kind || v.secrets.length === 0 || v.secrets.length > 2) return null;
+      const name = `${v.kind}\0${v.secrets.join('\0')}`;
+      let id = this.#vsetIds.get(name);
+      if (id === undefined) {
+        id = ++this.#vsetSeq;
+        this.#vsetIds.set(name, id);
+      }
+      used.set(id, { kind: v.kind, secrets: [...v.secrets] });
+      return [id, kind, v.secrets];
+    });
+    for (const [name, id] of this.#vsetIds)
+      if (!used.has(id) && !this.#vsetsNow.has(id)) {
+        this.#vsetIds.delete(name);
+        this.#vsets.delete(id);
+      }
+    for (const [id, k] of used) this.#vsets.set(id, k);
+    this.#vsetsNow = used;
+    this.#routes = [entries.map(([p]) => p), specs.map((r) => r.maxBodyBytes), verify];
     this.#native?.setRoutes(...this.#routes);
   }
+
+  /** Key sets by id (this table's and the previous one's), and ids by `kind\0secret…`. */
+  #vsets = new Map<number, VerifyKeys>();
+  #vsetIds = new Map<string, number>();
+  #vsetsNow = new Map<number, VerifyKeys>();
+  #vsetSeq = 0;
 
   close(opts?: CloseOptions): Promise<void> {
     if (this.#closing) return this.#closing;
@@ -240,7 +279,7 @@ class UringServer implements UringIngestServer {
     for (const ev of events) {
       switch (ev[0]) {
         case EV_HEAD: {
-          const [, id, method, url, remote, flat, cl, chunked] = ev;
+          const [, id, method, url, remote, flat, cl, chunked, vset] = ev;
           const headers: Record<string, string> = Object.create(null);
           for (let i = 0; i + 1 < flat.length; i += 2) {
             const name = flat[i]!;
@@ -255,6 +294,8 @@ class UringServer implements UringIngestServer {
             remoteAddress: remote,
             contentLength: cl >= 0 ? cl : undefined,
           };
+          const keys = vset ? this.#vsets.get(vset) : undefined;
+          if (keys) head.nativeMac = keys;
           const req: Req = {
             id,
             head,
@@ -282,6 +323,7 @@ class UringServer implements UringIngestServer {
           const req = this.#reqs.get(ev[1]);
           if (!req || req.done) break;
           req.ended = true;
+          req.verdict = ev[2];
           if (req.sink) void this.#finish(req, req.sink);
           break;
         }
@@ -386,7 +428,7 @@ class UringServer implements UringIngestServer {
   async #finish(req: Req, sink: BodySink): Promise<void> {
     let res: IngestResponse;
     try {
-      res = await sink.end();
+      res = await sink.end(req.verdict === 1 ? true : req.verdict === 2 ? false : undefined);
     } catch (err) {
       this.#fail(req, err);
       return;

@@ -18,8 +18,12 @@ export type Verified = { ok: true; id: string; type: string };
 
 export interface Verifier {
   update(chunk: Buffer): void;
-  /** Called once with the whole body (the same bytes that went through `update`). */
-  finish(body: Buffer): Verified | Refusal;
+  /**
+   * Called once with the whole body (the same bytes that went through `update`). `macOk`: the
+   * backend already computed the HMAC under the same keys (the io_uring ring thread,
+   * RequestHead.nativeMac) and says whether it matched; nothing then went through `update`.
+   */
+  finish(body: Buffer, macOk?: boolean): Verified | Refusal;
 }
 
 export type Prepared = { ok: true; verifier: Verifier } | Refusal;
@@ -54,16 +58,19 @@ export interface MultiMac {
 }
 
 export function hmacSha256(keys: readonly (string | Buffer)[], prefix?: string): MultiMac {
-  const macs: Hmac[] = keys.map((k) => {
-    const h = createHmac('sha256', k);
-    if (prefix !== undefined) h.update(prefix);
-    return h;
-  });
+  // Made on first use: a body the backend verified natively never needs them.
+  let macs: Hmac[] | undefined;
+  const start = () =>
+    (macs ??= keys.map((k) => {
+      const h = createHmac('sha256', k);
+      if (prefix !== undefined) h.update(prefix);
+      return h;
+    }));
   return {
     update(chunk) {
-      for (const h of macs) h.update(chunk);
+      for (const h of start()) h.update(chunk);
     },
-    digests: () => macs.map((h) => h.digest()),
+    digests: () => start().map((h) => h.digest()),
   };
 }
 
@@ -127,8 +134,8 @@ export function headerEventVerifier(
     ok: true,
     verifier: {
       update: (chunk) => void mac.update(chunk),
-      finish() {
-        if (!anyMatch(mac.digests(), [given]))
+      finish(_body, macOk) {
+        if (!(macOk ?? anyMatch(mac.digests(), [given])))
           return refuse(401, 'bad_signature', `${names.signature} does not match the body`);
         return identify(headers[names.id.toLowerCase()], headers[names.type.toLowerCase()], names);
       },
@@ -151,8 +158,8 @@ export function jsonEventVerifier(
     ok: true,
     verifier: {
       update: (chunk) => mac.update(chunk),
-      finish(body) {
-        if (!anyMatch(mac.digests(), given)) return refuse(401, 'bad_signature', text.noMatch);
+      finish(body, macOk) {
+        if (!(macOk ?? anyMatch(mac.digests(), given))) return refuse(401, 'bad_signature', text.noMatch);
         const json = parseJsonObject(body);
         if (!json) return refuse(400, 'bad_event', text.notObject);
         return identify(pickId(json), json.type, { id: text.id, type: 'body type' });
