@@ -14,7 +14,7 @@
       "include_dirs": ["src/core"],
       "defines": ["NAPI_VERSION=9", "_GNU_SOURCE"],
       "cflags_c": ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fvisibility=hidden"],
-      "libraries": ["-luring", "-lcrypto", "-lpthread"]
+      "libraries": ["-luring", "-lpthread"]
     }
   ]
 }

@@ -8,7 +8,8 @@
  * it (test/test_verify.c reads cases the JS verifiers answered). Event id/type extraction from a
  * JSON body (stripe, standard) is not here: it stays with the embedder, after verification.
  *
- * Not yet wired into ring.c (issue 15, "io_uring that earns its place"): see docs/ingest-uring.md.
+ * ring.c runs it on the ring thread for routes whose table entry carries keys (spw_route_spec), and
+ * hands the verdict up with END (docs/ingest-uring.md, "Verification on the ring thread").
  */
 #ifndef SPW_VERIFY_H
 #define SPW_VERIFY_H
