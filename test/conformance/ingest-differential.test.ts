@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createUringServer, probeUring } from '../../packages/ingest/src/backends/uring.ts';
 import { createNodeServer, createPipeline, type IngestServer } from '../../packages/ingest/src/index.ts';
 import { randomPrefix } from '../helpers/env.ts';
+import { seededRandom } from '../helpers/random.ts';
 import { createTestIntake, MemorySources, type TestIntake } from './support.ts';
 
 const REDIS_URL = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390';
@@ -38,18 +39,6 @@ const VARIANTS = [
   'chunked',
   'chunked_tampered',
 ] as const;
-
-/** A small seeded PRNG (mulberry32): the same requests on every run. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const secretFor = (kind: Kind) =>
   kind === 'standard' || kind === 'stripe'
@@ -108,7 +97,7 @@ const SIG_HEADER: Record<Kind, string> = {
 };
 
 async function generate(sources: Record<Kind, Source>, previous: Record<Kind, string>): Promise<Req[]> {
-  const rnd = prng(15);
+  const rnd = seededRandom(15);
   const out: Req[] = [];
   for (let i = 0; i < N; i++) {
     const kind = KINDS[i % 4]!;

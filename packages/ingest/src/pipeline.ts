@@ -265,7 +265,9 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
       );
     }
 
-    const prepared = prepareVerifier(source, head.headers, clock());
+    const now = clock();
+    const secrets = liveSecrets(source, now);
+    const prepared = prepareVerifier(source, head.headers, now, secrets);
     if (!prepared.ok) {
       m.verifyFailures.inc({ kind: source.kind, reason: prepared.reason });
       return reject(
@@ -291,7 +293,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     const native =
       head.nativeMac !== undefined &&
       head.nativeMac.kind === source.kind &&
-      sameKeys(head.nativeMac.secrets, liveSecrets(source, clock()));
+      sameKeys(head.nativeMac.secrets, secrets);
     return { accept: createSink(source, head, prepared.verifier, client, native) };
   }
 

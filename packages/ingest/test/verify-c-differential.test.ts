@@ -23,6 +23,7 @@ import {
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, describe, expect, it } from 'vitest';
+import { seededRandom } from '../../../test/helpers/random.ts';
 import { prepareVerifier } from '../src/verify/index.ts';
 
 const N = 10_000;
@@ -31,18 +32,6 @@ const hasCc = spawnSync('cc', ['--version']).status === 0;
 const stripe = new Stripe('sk_test_x');
 const KIND = { github: 1, stripe: 2, shopify: 3, standard: 4 } as const;
 type Kind = keyof typeof KIND;
-
-/** mulberry32: a seeded generator, so a failing case can be regenerated. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const dir = mkdtempSync(join(tmpdir(), 'spw-verify-diff-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -94,7 +83,7 @@ function line(c: Case, expected: string, seed: number): string {
 }
 
 async function generate(): Promise<string[]> {
-  const r = rng(20261201);
+  const r = seededRandom(20261201);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
   const int = (lo: number, hi: number) => lo + Math.floor(r() * (hi - lo + 1));
   const junk = (n: number) =>

@@ -216,20 +216,17 @@ class UringServer implements UringIngestServer {
       return [id, kind, v.secrets];
     });
     for (const [name, id] of this.#vsetIds)
-      if (!used.has(id) && !this.#vsetsNow.has(id)) {
-        this.#vsetIds.delete(name);
-        this.#vsets.delete(id);
-      }
-    for (const [id, k] of used) this.#vsets.set(id, k);
+      if (!used.has(id) && !this.#vsetsNow.has(id)) this.#vsetIds.delete(name);
+    this.#vsetsBefore = this.#vsetsNow;
     this.#vsetsNow = used;
     this.#routes = [entries.map(([p]) => p), specs.map((r) => r.maxBodyBytes), verify];
     this.#native?.setRoutes(...this.#routes);
   }
 
-  /** Key sets by id (this table's and the previous one's), and ids by `kind\0secret…`. */
-  #vsets = new Map<number, VerifyKeys>();
-  #vsetIds = new Map<string, number>();
+  /** Key sets by id, of this table and of the one before it; ids by `kind\0secret…`. */
   #vsetsNow = new Map<number, VerifyKeys>();
+  #vsetsBefore = new Map<number, VerifyKeys>();
+  #vsetIds = new Map<string, number>();
   #vsetSeq = 0;
 
   close(opts?: CloseOptions): Promise<void> {
@@ -294,7 +291,7 @@ class UringServer implements UringIngestServer {
             remoteAddress: remote,
             contentLength: cl >= 0 ? cl : undefined,
           };
-          const keys = vset ? this.#vsets.get(vset) : undefined;
+          const keys = vset ? (this.#vsetsNow.get(vset) ?? this.#vsetsBefore.get(vset)) : undefined;
           if (keys) head.nativeMac = keys;
           const req: Req = {
             id,

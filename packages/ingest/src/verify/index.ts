@@ -12,11 +12,15 @@ import { prepareStripe } from './stripe.ts';
  * hashes the body chunk by chunk as it streams in, then decides once the last byte is in.
  */
 
-export function prepareVerifier(source: Source, headers: Record<string, string>, nowMs: number): Prepared {
+export function prepareVerifier(
+  source: Source,
+  headers: Record<string, string>,
+  nowMs: number,
   // The source's secret, then each previous one whose overlap has not ended: a rotation through the
   // admin API keeps the old secret verifying until its expiresAt, so the provider can be switched
-  // over without a refused delivery.
-  const secrets = liveSecrets(source, nowMs);
+  // over without a refused delivery. (Passed in by a caller that needs them too.)
+  secrets: readonly string[] = liveSecrets(source, nowMs),
+): Prepared {
   switch (source.kind) {
     case 'github':
       return prepareGithub(secrets, headers);

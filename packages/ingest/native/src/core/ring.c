@@ -1207,16 +1207,7 @@ static int route_cmp(const void *a, const void *b) {
   return memcmp(x->path, y->path, x->len);
 }
 
-int spw_server_set_routes(spw_server *s, const char *const *paths, const uint64_t *caps, size_t n) {
-  spw_route_spec *specs = calloc(n ? n : 1, sizeof *specs);
-  if (!specs) return -ENOMEM;
-  for (size_t i = 0; i < n; i++) specs[i] = (spw_route_spec){.path = paths[i], .cap = caps[i]};
-  int rc = spw_server_set_routes_v(s, specs, n);
-  free(specs);
-  return rc;
-}
-
-int spw_server_set_routes_v(spw_server *s, const spw_route_spec *specs, size_t n) {
+int spw_server_set_routes(spw_server *s, const spw_route_spec *specs, size_t n) {
   route *r = calloc(n ? n : 1, sizeof *r);
   if (!r) return -ENOMEM;
   for (size_t i = 0; i < n; i++) {

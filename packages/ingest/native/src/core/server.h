@@ -89,12 +89,10 @@ int spw_server_respond(spw_server *srv, double id, const char *data, size_t len,
 /* The embedder accepted the request: sends 100 Continue if asked for, lets body bytes past the
  * pre-accept window flow, and lowers the request's body cap to body_cap (UINT64_MAX: unchanged). */
 int spw_server_continue(spw_server *srv, double id, uint64_t body_cap);
-/* Replaces the route table (exact path without query → body cap). Copies its input. */
-int spw_server_set_routes(spw_server *srv, const char *const *paths, const uint64_t *caps, size_t n);
-
-/* One route with what verifies its POSTs on the ring thread (verify.h): the source's kind
- * (SPW_KIND_*), its live secrets (at most SPW_V_MAX_KEYS), and vset, the embedder's non-zero name
- * for that key set, echoed in every HEAD verified under it (0: not verified here). */
+/* One route: exact path without query → body cap, and what verifies its POSTs on the ring thread
+ * (verify.h): the source's kind (SPW_KIND_*), its live secrets (at most SPW_V_MAX_KEYS), and vset,
+ * the embedder's non-zero name for that key set, echoed in every HEAD verified under it (0: not
+ * verified here). */
 typedef struct spw_route_spec {
   const char *path;
   uint64_t cap;
@@ -105,8 +103,8 @@ typedef struct spw_route_spec {
   size_t secret_lens[2];
 } spw_route_spec;
 
-/* As spw_server_set_routes, with verification per route. Copies its input (keys are derived here). */
-int spw_server_set_routes_v(spw_server *srv, const spw_route_spec *routes, size_t n);
+/* Replaces the route table. Copies its input (keys are derived here). */
+int spw_server_set_routes(spw_server *srv, const spw_route_spec *routes, size_t n);
 /* Stop accepting, finish in-flight requests for up to grace_ms, then stop; SPW_EV_CLOSED follows.
  * drain (a handover to a successor): connections accepted meanwhile are served, and idle keep-alive
  * connections are closed at their idle timeout rather than at once (their client may be sending). */

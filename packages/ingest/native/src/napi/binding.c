@@ -412,7 +412,7 @@ static napi_value js_set_routes(napi_env env, napi_callback_info info) {
   }
   if (bad == 2) ret = misuse(env, "setRoutes: paths must be strings, caps non-negative numbers, verify [vset ≥ 1, kind, ≤ 2 secrets] or null");
   else if (bad) ret = num(env, -ENOMEM);
-  else ret = num(env, spw_server_set_routes_v(as->srv, specs, n));
+  else ret = num(env, spw_server_set_routes(as->srv, specs, n));
   if (specs)
     for (uint32_t i = 0; i < n; i++)
       for (int k = 0; k < specs[i].n_secrets; k++) {
