@@ -115,6 +115,13 @@ describe('endpoint health and operator notifications', () => {
       'delivered to both after the fix',
     );
     expect((await s.store.getEndpoint(t.id, bad.id))?.status).toBe('active');
+    // The failure run is cleared by the history writer's next flush, which can land after the
+    // sink has seen the delivery: poll for it (bounded) rather than read it once.
+    await waitFor(
+      async () => (await s.rt.redis.hget(s.rt.keys.endpointHealth(t.id), bad.id)) === null,
+      'the failure run to be cleared by the next history flush',
+      10_000,
+    );
     expect(await s.rt.redis.hget(s.rt.keys.endpointHealth(t.id), bad.id)).toBeNull();
   });
 
