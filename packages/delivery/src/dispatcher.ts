@@ -374,10 +374,11 @@ export class Dispatcher {
       });
       await res.body.dump({ limit: this.#maxResponseBytes }).catch(() => {});
     } catch (err) {
-      return done(
-        this.#closing.signal.aborted ? { kind: 'retry', error: 'shutdown' } : classifyError(err),
-        true,
-      );
+      const o: AttemptOutcome = this.#closing.signal.aborted
+        ? { kind: 'retry', error: 'shutdown' }
+        : classifyError(err);
+      // An SSRF refusal is the target's address, not the endpoint's health: the breaker ignores it.
+      return done(o, !('error' in o && o.error === 'target_forbidden'));
     }
     const durationMs = Math.round(performance.now() - started);
     if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);

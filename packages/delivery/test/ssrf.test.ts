@@ -96,6 +96,20 @@ describe('SSRF guard in the connector', () => {
     expect(rEvil.requests).toHaveLength(0);
   });
 
+  it("refusals do not count against the endpoint's breaker (the address is refused, not the endpoint unhealthy)", async () => {
+    const r9 = await f.receiver(undefined, '127.0.0.9');
+    const d = dispatcher();
+    const t = tenant('ssrf-breaker');
+    const ep = endpoint('ssrf-breaker', 'e', r9.url);
+    // Well past the breaker's volume threshold, every attempt refused.
+    for (let i = 0; i < 40; i++) {
+      const out = await d.dispatch(task('ssrf-breaker', 'e'), t, ep);
+      expect(core(out)).toEqual({ kind: 'fail', error: 'target_forbidden' });
+    }
+    expect(d.breakerState('ssrf-breaker', 'e')).toBe('closed');
+    expect(r9.requests).toHaveLength(0);
+  });
+
   it('delivers to an allowlisted address, by literal and by name', async () => {
     const ok = await f.receiver();
     const d = dispatcher();

@@ -1,4 +1,4 @@
-# The io_uring ingest addon. Every source is listed here (STYLE rule 8); build with
+# The io_uring ingest addon. Every source is listed here; build with
 #   node-gyp rebuild --nodedir=$SPILLWAY_NODEDIR   (or: node native/build.mjs)
 {
   "targets": [

@@ -1,8 +1,9 @@
 /**
- * The process-wide budget of request-body bytes held in memory at once (DESIGN invariant 4). Bodies
- * must be held whole until the intake made them durable, so the only way to keep ingest memory
- * bounded under a flood of large bodies is to refuse new ones (503 + Retry-After) once the budget is
- * spent, rather than let the heap grow until the process is killed.
+ * The process-wide budget of request-body bytes held in memory at once (invariant 4, bounded
+ * memory: docs/architecture.md). Bodies must be held whole until the intake made them durable, so
+ * the only way to keep ingest memory bounded under a flood of large bodies is to refuse new ones
+ * (503 + Retry-After) once the budget is spent, rather than let the heap grow until the process is
+ * killed.
  */
 export class BodyBudget {
   readonly limit: number;

@@ -8,9 +8,9 @@ import type { RedisClient } from './redis.ts';
  * File names follow one rule, `<name>-<numkeys>.lua`, and `<numkeys>` is either
  *   - `<k>`:  the script takes exactly k KEYS (`dedup-release-1.lua`, `lease-1.lua`), called as
  *             `redis.dedupRelease(key, ...argv)`; or
- *   - `<k>n`: the script takes k KEYS per item for any number of items (`<name>-1n.lua`: one
- *             key per item), called with the KEYS count first:
- *             `redis.dedupReserve(keys.length, ...keys, ...argv)`.
+ *   - `<k>n`: the script takes k KEYS per item for any number of items (`ord-fanout-2n.lua`: two
+ *             keys per item), called with the KEYS count first:
+ *             `redis.ordFanout(keys.length, ...keys, ...argv)`.
  * The command is the camel-cased `<name>` (`dedup-reserve` → `dedupReserve`). Each script opens with
  * a header stating its KEYS, ARGV and return values. On Redis Cluster every key of one call must
  * share one hash tag (one tenant's `{t:<tenant>}`). A line `--@include fingerprints.lua` (any file of `packages/shared/src/lua/`) pastes
@@ -29,12 +29,12 @@ export function defineCommands<C>(redis: RedisClient, dir: URL, files: readonly 
   return redis as RedisClient & C;
 }
 
-/** `dedup-reserve-1n` → dedupReserve with keys counted by the caller; `lease-1` → lease with 1 key. */
+/** `ord-fanout-2n` → ordFanout with keys counted by the caller; `lease-1` → lease with 1 key. */
 export function parseScriptName(file: string): { command: string; numberOfKeys: number | undefined } {
   const m = /^([a-z][a-z0-9-]*)-(\d+)(n?)$/.exec(file);
   if (!m)
     throw new Error(
-      `Lua script "${file}" must be named <name>-<numkeys>.lua (e.g. lease-1, dedup-reserve-1n)`,
+      `Lua script "${file}" must be named <name>-<numkeys>.lua (e.g. lease-1, ord-fanout-2n)`,
     );
   const command = m[1]!.replace(/-(\w)/g, (_m, c: string) => c.toUpperCase());
   return { command, numberOfKeys: m[3] ? undefined : Number(m[2]) };

@@ -96,7 +96,7 @@ export const DEFAULTS = {
   /**
    * Keys of earlier SPILLWAY_SECRET_KEYs (comma-separated, same format) that still open stored
    * secrets during a key rotation; nothing is sealed under them. SPILLWAY_SECRET_KEY itself has no
-   * default (`spillway start` requires it).
+   * default (unset, `spillway start` stores secrets unencrypted and logs one warning: secretBoxOf).
    */
   SPILLWAY_SECRET_KEY_PREVIOUS: '',
   /** Events a tenant may post through the events API per UTC day, unless its limits say otherwise; `off`: no quota. */

@@ -1,8 +1,8 @@
 --[[
-  Reserves the event ids of one group commit of ONE tenant (docs/storage.md, "Dedup"). An id is a
-  duplicate when its 8-byte fingerprint is in one of the tenant's slot buckets of the window, or
-  when its pending marker says "d" (promoted a moment ago). Otherwise its pending marker is set
-  (SET NX PX), so two processes accepting the same id at once cannot both win.
+  Reserves the event ids of one group commit of ONE tenant (docs/storage.md, "Redis, per event").
+  An id is a duplicate when its 8-byte fingerprint is in one of the tenant's slot buckets of the
+  window, or when its pending marker says "d" (promoted a moment ago). Otherwise its pending marker
+  is set (SET NX PX), so two processes accepting the same id at once cannot both win.
   KEYS[1] the tenant's dedup base ({t:<tenant>}:dd); buckets <base>:<slot>:<epoch>:<n>, slot meta
           <base>:<slot>:m (e0 = first epoch, l = last epoch, n = entries), markers <base>:p:<hex>
   ARGV[1] this intake's pending marker ("p:<token>")
