@@ -1,6 +1,6 @@
 import type { Source } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import { makeTenant, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
+import { makeEndpoint, makeTenant, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
 import { ConfigCache, ConfigStore, type Runtime } from '../src/index.ts';
 
 /**
@@ -97,5 +97,33 @@ describe('ConfigCache', () => {
     expect((await cache.get('s1'))?.id).toBe('s1');
     cache.invalidate({ kind: 'tenant', tenantId: 't1', id: 't1' });
     expect(await cache.get('s1')).toBeUndefined();
+  });
+});
+
+describe('ConfigStore.readTenantConfig (the fan-out read, once per job)', () => {
+  it('reads tenant and endpoints in one round trip; an unchanged record is the same object, a changed one a new one', async () => {
+    const rt = await runtime();
+    const store = await storeOn(rt);
+    const a = await makeEndpoint(store, 't1', 'http://127.0.0.1:9/a', { id: 'a' });
+    await makeEndpoint(store, 't1', 'http://127.0.0.1:9/b', { id: 'b' });
+    const first = await store.readTenantConfig('t1');
+    expect(first.tenant?.id).toBe('t1');
+    expect(first.endpoints.map((e) => e.id)).toEqual(['a', 'b']);
+    // Secrets come back opened, as listEndpoints gives them.
+    expect(first.endpoints[0]!.secret).toBe(a.secret);
+    const again = await store.readTenantConfig('t1');
+    expect(again.tenant).toBe(first.tenant);
+    expect(again.endpoints[0]).toBe(first.endpoints[0]);
+    expect(again.endpoints[1]).toBe(first.endpoints[1]);
+    // An update is a new stored form: a new object, with the new state.
+    await store.updateEndpoint('t1', 'a', (e) => ({ ...e, status: 'paused' }));
+    const after = await store.readTenantConfig('t1');
+    expect(after.endpoints[0]).not.toBe(first.endpoints[0]);
+    expect(after.endpoints[0]!.status).toBe('paused');
+    expect(after.endpoints[1]).toBe(first.endpoints[1]);
+    // Deleted: gone from the read, and an unknown tenant is undefined.
+    await store.deleteEndpoint('t1', 'b');
+    expect((await store.readTenantConfig('t1')).endpoints.map((e) => e.id)).toEqual(['a']);
+    expect(await store.readTenantConfig('nobody')).toEqual({ tenant: undefined, endpoints: [] });
   });
 });

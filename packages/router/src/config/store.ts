@@ -91,6 +91,14 @@ export interface ReencryptReport {
   failed: { kind: 'endpoint' | 'source'; tenantId: string; id: string; message: string }[];
 }
 
+/** Stored records readTenantConfig keeps opened (about one tenant config each for thousands of tenants). */
+const FRESH_MEMO_MAX = 20_000;
+
+/** Endpoints in the order they were created (then by id). */
+function byCreation(a: Endpoint, b: Endpoint): number {
+  return a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id);
+}
+
 export class ConfigStore {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
@@ -211,9 +219,44 @@ export class ConfigStore {
 
   async listEndpoints(tenantId: string): Promise<Endpoint[]> {
     const all = await this.#redis.hgetall(this.#keys.endpoints(tenantId));
-    return Object.values(all)
-      .map(this.#openEndpoint)
-      .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+    return Object.values(all).map(this.#openEndpoint).sort(byCreation);
+  }
+
+  /**
+   * The tenant and its endpoints as stored now, in ONE round trip (both keys carry the tenant's
+   * hash tag). The worker's fan-out reads this per job (read-your-writes: an endpoint created
+   * before an event was accepted gets the event). A record whose stored form has not changed comes
+   * back as the same frozen object as last time: no JSON parse or secret decryption per job, and
+   * what delivery caches per endpoint object (its plan) keeps hitting. The memo is bounded
+   * (FRESH_MEMO_MAX stored forms; past it, it starts over).
+   */
+  async readTenantConfig(tenantId: string): Promise<{ tenant: Tenant | undefined; endpoints: Endpoint[] }> {
+    const res = await this.#redis
+      .pipeline()
+      .get(this.#keys.tenant(tenantId))
+      .hgetall(this.#keys.endpoints(tenantId))
+      .exec();
+    const [tErr, tRaw] = res![0]!;
+    const [eErr, eRaw] = res![1]!;
+    if (tErr) throw tErr;
+    if (eErr) throw eErr;
+    const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, (r) => JSON.parse(r) as Tenant) : undefined;
+    const endpoints = Object.values(eRaw as Record<string, string>)
+      .map((r) => this.#memoized(r, this.#openEndpoint))
+      .sort(byCreation);
+    return { tenant, endpoints };
+  }
+
+  /** Stored form → the frozen record it opens to (readTenantConfig). */
+  readonly #fresh = new Map<string, object>();
+
+  #memoized<T extends object>(raw: string, open: (raw: string) => T): T {
+    const hit = this.#fresh.get(raw);
+    if (hit) return hit as T;
+    const v = Object.freeze(open(raw));
+    if (this.#fresh.size >= FRESH_MEMO_MAX) this.#fresh.clear();
+    this.#fresh.set(raw, v);
+    return v;
   }
 
   async updateEndpoint(

@@ -153,8 +153,8 @@ export class Engine {
   async freshView(tid: string): Promise<TenantView> {
     const store = this.#d.store;
     if (!store) return this.view(tid);
-    const [tenant, eps] = await Promise.all([store.getTenant(tid), store.listEndpoints(tid)]);
-    return this.#setView(tid, tenant, eps);
+    const { tenant, endpoints } = await store.readTenantConfig(tid);
+    return this.#setView(tid, tenant, endpoints);
   }
 
   #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[]): TenantView {
