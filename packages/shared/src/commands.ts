@@ -33,9 +33,7 @@ export function defineCommands<C>(redis: RedisClient, dir: URL, files: readonly 
 export function parseScriptName(file: string): { command: string; numberOfKeys: number | undefined } {
   const m = /^([a-z][a-z0-9-]*)-(\d+)(n?)$/.exec(file);
   if (!m)
-    throw new Error(
-      `Lua script "${file}" must be named <name>-<numkeys>.lua (e.g. lease-1, ord-fanout-2n)`,
-    );
+    throw new Error(`Lua script "${file}" must be named <name>-<numkeys>.lua (e.g. lease-1, ord-fanout-2n)`);
   const command = m[1]!.replace(/-(\w)/g, (_m, c: string) => c.toUpperCase());
   return { command, numberOfKeys: m[3] ? undefined : Number(m[2]) };
 }

@@ -240,7 +240,8 @@ export class ConfigStore {
     const [eErr, eRaw] = res![1]!;
     if (tErr) throw tErr;
     if (eErr) throw eErr;
-    const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, (r) => JSON.parse(r) as Tenant) : undefined;
+    const tenant =
+      typeof tRaw === 'string' ? this.#memoized(tRaw, (r) => JSON.parse(r) as Tenant) : undefined;
     const endpoints = Object.values(eRaw as Record<string, string>)
       .map((r) => this.#memoized(r, this.#openEndpoint))
       .sort(byCreation);
