@@ -45,9 +45,17 @@ if (
   }
   if (tuning.reexec) {
     const given = `${process.execArgv.join(' ')} ${tuning.nodeOptions}`.replaceAll('_', '-');
+    // V8's background threads (concurrent GC marking, compilers) are 4 by default. On a machine of
+    // two cores they ran beside the main thread and took the other core from the processes a
+    // delivery waits for (the receiver, Redis, Kafka): the noisy neighbour's calm p99 under a flood
+    // was a third higher with 4 than with 1 (docs/benchmarks/profile.md). Leave the main thread a
+    // core: cores − 1, between 1 and 4.
+    const { availableParallelism } = await import('node:os');
+    const v8Pool = Math.min(4, Math.max(1, availableParallelism() - 1));
     const flags = [
       ['--max-semi-space-size', '--max-semi-space-size=16'],
       ['--heap-growing-percent', '--heap-growing-percent=50'],
+      ['--v8-pool-size', `--v8-pool-size=${v8Pool}`],
     ]
       .filter(([name]) => !given.includes(name))
       .map(([, flag]) => flag);
