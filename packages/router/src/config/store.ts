@@ -91,8 +91,11 @@ export interface ReencryptReport {
   failed: { kind: 'endpoint' | 'source'; tenantId: string; id: string; message: string }[];
 }
 
-/** Stored records readTenantConfig keeps opened (about one tenant config each for thousands of tenants). */
-const FRESH_MEMO_MAX = 20_000;
+/**
+ * Bytes of stored records readTenantConfig keeps opened (their stored forms; the opened objects are
+ * about as large). Past it the memo starts over, so forms an update replaced do not pile up.
+ */
+const FRESH_MEMO_BYTES = 8 * 1024 * 1024;
 
 /** Endpoints in the order they were created (then by id). */
 function byCreation(a: Endpoint, b: Endpoint): number {
@@ -228,7 +231,7 @@ export class ConfigStore {
    * before an event was accepted gets the event). A record whose stored form has not changed comes
    * back as the same frozen object as last time: no JSON parse or secret decryption per job, and
    * what delivery caches per endpoint object (its plan) keeps hitting. The memo is bounded
-   * (FRESH_MEMO_MAX stored forms; past it, it starts over).
+   * (FRESH_MEMO_BYTES of stored forms; past it, it starts over).
    */
   async readTenantConfig(tenantId: string): Promise<{ tenant: Tenant | undefined; endpoints: Endpoint[] }> {
     const res = await this.#redis
@@ -248,15 +251,20 @@ export class ConfigStore {
     return { tenant, endpoints };
   }
 
-  /** Stored form → the frozen record it opens to (readTenantConfig). */
+  /** Stored form → the frozen record it opens to (readTenantConfig), and the forms' length. */
   readonly #fresh = new Map<string, object>();
+  #freshBytes = 0;
 
   #memoized<T extends object>(raw: string, open: (raw: string) => T): T {
     const hit = this.#fresh.get(raw);
     if (hit) return hit as T;
     const v = Object.freeze(open(raw));
-    if (this.#fresh.size >= FRESH_MEMO_MAX) this.#fresh.clear();
+    if (this.#freshBytes + raw.length > FRESH_MEMO_BYTES) {
+      this.#fresh.clear();
+      this.#freshBytes = 0;
+    }
     this.#fresh.set(raw, v);
+    this.#freshBytes += raw.length;
     return v;
   }
 
