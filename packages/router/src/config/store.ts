@@ -106,6 +106,9 @@ export class ConfigStore {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
   readonly #box: SecretBox;
+  /** Stored form → the frozen record it opens to (readTenantConfig), and the forms' length. */
+  readonly #fresh = new Map<string, object>();
+  #freshBytes = 0;
 
   constructor(redis: RedisClient, keys: Keys, secrets: SecretBox) {
     this.#redis = redis;
@@ -123,6 +126,7 @@ export class ConfigStore {
     return mapSecrets(v, (s) => this.#box.open(s, ctx));
   }
 
+  #openTenant = (raw: string): Tenant => JSON.parse(raw) as Tenant;
   #openEndpoint = (raw: string): Endpoint => this.#open<Endpoint>(raw, endpointContext);
   #openSource = (raw: string): Source => this.#open<Source>(raw, sourceContext);
 
@@ -148,7 +152,7 @@ export class ConfigStore {
 
   async getTenant(tenantId: string): Promise<Tenant | undefined> {
     const raw = await this.#redis.get(this.#keys.tenant(tenantId));
-    return raw ? (JSON.parse(raw) as Tenant) : undefined;
+    return raw ? this.#openTenant(raw) : undefined;
   }
 
   async requireTenant(tenantId: string): Promise<Tenant> {
@@ -243,17 +247,12 @@ export class ConfigStore {
     const [eErr, eRaw] = res![1]!;
     if (tErr) throw tErr;
     if (eErr) throw eErr;
-    const tenant =
-      typeof tRaw === 'string' ? this.#memoized(tRaw, (r) => JSON.parse(r) as Tenant) : undefined;
+    const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, this.#openTenant) : undefined;
     const endpoints = Object.values(eRaw as Record<string, string>)
       .map((r) => this.#memoized(r, this.#openEndpoint))
       .sort(byCreation);
     return { tenant, endpoints };
   }
-
-  /** Stored form → the frozen record it opens to (readTenantConfig), and the forms' length. */
-  readonly #fresh = new Map<string, object>();
-  #freshBytes = 0;
 
   #memoized<T extends object>(raw: string, open: (raw: string) => T): T {
     const hit = this.#fresh.get(raw);
