@@ -23,9 +23,14 @@ import { makeEndpoint, makeTenant } from '../../helpers/router-fixtures.ts';
 import { sleep, waitFor } from '../../helpers/wait.ts';
 import { type Proc, run } from './procs.ts';
 
-export const SPILLWAY_BIN = fileURLToPath(
-  new URL('../../../packages/router/bin/spillway.mjs', import.meta.url),
-);
+/**
+ * The product under test. `SPILLWAY_BENCH_BIN=<checkout>/packages/router/bin/spillway.mjs` runs
+ * another built checkout's roles under this harness (how an older tree is compared with this one in
+ * the same run: docs/benchmarks/profile.md, "Did the router layout change cost speed?").
+ */
+export const SPILLWAY_BIN =
+  process.env.SPILLWAY_BENCH_BIN ??
+  fileURLToPath(new URL('../../../packages/router/bin/spillway.mjs', import.meta.url));
 export const REDIS_URL = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6390';
 export const KAFKA_BROKERS = process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092';
 
