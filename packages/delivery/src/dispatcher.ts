@@ -374,10 +374,10 @@ export class Dispatcher {
       });
       await res.body.dump({ limit: this.#maxResponseBytes }).catch(() => {});
     } catch (err) {
-      const o: AttemptOutcome = this.#closing.signal.aborted
-        ? { kind: 'retry', error: 'shutdown' }
-        : classifyError(err);
-      // An SSRF refusal is the target's address, not the endpoint's health: the breaker ignores it.
+      // This worker's own close cut the attempt short: it says nothing about the endpoint. Neither
+      // does an SSRF refusal (the target's address): the breaker ignores both.
+      if (this.#closing.signal.aborted) return done({ kind: 'retry', error: 'shutdown' }, false);
+      const o = classifyError(err);
       return done(o, !('error' in o && o.error === 'target_forbidden'));
     }
     const durationMs = Math.round(performance.now() - started);

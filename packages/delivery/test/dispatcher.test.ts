@@ -1,6 +1,6 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import net from 'node:net';
-import { VERSION } from '@spillway/shared';
+import { CHANNELS, VERSION } from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
@@ -163,6 +163,30 @@ describe('Dispatcher: endpoint breaker', () => {
       });
     expect(d.breakerState('brk4', 'e1')).toBe('closed');
     expect(r.requests).toHaveLength(15);
+  });
+});
+
+describe('Dispatcher: shutdown', () => {
+  it("attempts cut short by the dispatcher's own close do not count against the endpoint's breaker", async () => {
+    const hang = await rx(() => {}); // never answers
+    const d = dispatcher({ breaker: { volumeThreshold: 10, resetTimeoutMs: 60_000 } });
+    const t = tenant('shut', { concurrency: 16 });
+    const ep = endpoint('shut', 'e1', hang.url, { timeoutMs: 30_000 });
+    const changes: unknown[] = [];
+    const onChange = (m: unknown) => changes.push(m);
+    diagnosticsChannel.subscribe(CHANNELS.breakerChange, onChange);
+    try {
+      // Well past the volume threshold, every one open at the receiver when the close comes.
+      const open = Array.from({ length: 16 }, () => d.dispatch(task('shut', 'e1'), t, ep));
+      await waitFor(() => hang.open() === 16, 'every attempt to reach the receiver', 5_000, 10);
+      await d.close();
+      const outcomes = await Promise.all(open);
+      expect(outcomes.map((o) => core(o))).toEqual(Array(16).fill({ kind: 'retry', error: 'shutdown' }));
+      // Counted as failures, 16 of 16 would have opened the breaker (and said so on the channel).
+      expect(changes).toEqual([]);
+    } finally {
+      diagnosticsChannel.unsubscribe(CHANNELS.breakerChange, onChange);
+    }
   });
 });
 
