@@ -195,6 +195,7 @@ async function spillway(
   tag: string,
   quick: boolean,
   endpointExtra: Partial<Endpoint> = {},
+  bin?: string,
 ): Promise<CaseResult> {
   const c = new SpillwayCluster('bf');
   let feeder: Awaited<ReturnType<typeof openIntake>> | undefined;
@@ -213,7 +214,7 @@ async function spillway(
         await Promise.all(jobs);
       }
     };
-    const w = await c.startRole('worker');
+    const w = await c.startRole('worker', {}, 45_000, bin);
     const cold = await warmUp(sink, tag, deliveries, enqueue);
     let preload = 0;
     let cmds0 = 0;
@@ -244,16 +245,24 @@ async function spillway(
   }
 }
 
-const CASES = [
+/**
+ * SPILLWAY_BENCH_COMPARE_BIN=<checkout>/packages/router/bin/spillway.mjs: each round also runs the
+ * 1- and 10-endpoint cases on that (built) checkout's worker, right after this tree's, against the
+ * same sink and raw peer, so two trees are compared within one run (docs/benchmarks/profile.md).
+ */
+const COMPARE_BIN = process.env.SPILLWAY_BENCH_COMPARE_BIN;
+type CaseKey = 'raw' | 'naive' | 'spw1' | 'spw10' | 'spwBatch' | 'cmp1' | 'cmp10';
+const CASES: readonly { key: CaseKey; label: string }[] = [
   { key: 'raw', label: 'raw undici Pool' },
   { key: 'naive', label: 'naive: BullMQ job per delivery' },
   { key: 'spw1', label: 'Spillway, 1 endpoint/event' },
+  ...(COMPARE_BIN ? [{ key: 'cmp1' as const, label: 'compare tree, 1 endpoint/event' }] : []),
   { key: 'spw10', label: 'Spillway, 10 endpoints/event' },
+  ...(COMPARE_BIN ? [{ key: 'cmp10' as const, label: 'compare tree, 10 endpoints/event' }] : []),
   { key: 'spwBatch', label: 'Spillway, batched 10 events per request' },
-] as const;
+];
 /** The batched case's endpoint: 10 events per request (the sink counts the events of each). */
 const BATCH_10: Partial<Endpoint> = { batch: { maxEvents: 10, maxBytes: 1_048_576, lingerMs: 20 } };
-type CaseKey = (typeof CASES)[number]['key'];
 
 export const fanout: Benchmark = {
   name: 'fanout',
@@ -268,7 +277,15 @@ export const fanout: Benchmark = {
     const warmMs = quick ? 1500 : 3000;
     const deliveries = quick ? 6000 : 60_000;
     const notes: string[] = [];
-    const samples: Record<CaseKey, CaseResult[]> = { raw: [], naive: [], spw1: [], spw10: [], spwBatch: [] };
+    const samples: Record<CaseKey, CaseResult[]> = {
+      raw: [],
+      naive: [],
+      spw1: [],
+      spw10: [],
+      spwBatch: [],
+      cmp1: [],
+      cmp10: [],
+    };
     const sink = await startSink();
     try {
       for (let r = 1; r <= rounds; r++) {
@@ -280,7 +297,10 @@ export const fanout: Benchmark = {
             else if (cs.key === 'naive') res = await naive(sink, deliveries, `naive-r${r}`, quick);
             else if (cs.key === 'spwBatch')
               res = await spillway(sink, 1, deliveries, `fb-r${r}`, quick, BATCH_10);
-            else {
+            else if (cs.key === 'cmp1' || cs.key === 'cmp10') {
+              const perEvent = cs.key === 'cmp1' ? 1 : 10;
+              res = await spillway(sink, perEvent, deliveries, `c${perEvent}-r${r}`, quick, {}, COMPARE_BIN);
+            } else {
               const perEvent = cs.key === 'spw1' ? 1 : 10;
               res = await spillway(sink, perEvent, deliveries, `f${perEvent}-r${r}`, quick);
             }
@@ -337,6 +357,21 @@ export const fanout: Benchmark = {
         },
       };
     });
+    if (COMPARE_BIN)
+      for (const n of [1, 10] as const) {
+        const s = spread(
+          perRound(rates(n === 1 ? 'cmp1' : 'cmp10'), rates(n === 1 ? 'spw1' : 'spw10')),
+          'higher',
+        );
+        notes.push(
+          `compare tree (${COMPARE_BIN}) ÷ this tree, ${n} endpoint${n === 1 ? '' : 's'}/event, same round: median ${s?.median.toFixed(2) ?? '—'}, worst ${s?.worst.toFixed(2) ?? '—'} (per round: ${perRound(
+            rates(n === 1 ? 'cmp1' : 'cmp10'),
+            rates(n === 1 ? 'spw1' : 'spw10'),
+          )
+            .map((x) => x?.toFixed(2) ?? '—')
+            .join(' / ')}).`,
+        );
+      }
     const pre = (k: CaseKey) =>
       spread(
         samples[k].map((x) => x.preload),

@@ -127,8 +127,16 @@ export class SpillwayCluster {
     });
   }
 
-  /** Starts `spillway start --role <role>` as a child process and waits for its URLs. */
-  async startRole(role: RoleName, extra: Record<string, string> = {}, timeoutMs = 45_000): Promise<RoleProc> {
+  /**
+   * Starts `spillway start --role <role>` as a child process and waits for its URLs. `bin`: another
+   * checkout's `spillway.mjs` (the fan-out benchmark's compare rows), else SPILLWAY_BIN.
+   */
+  async startRole(
+    role: RoleName,
+    extra: Record<string, string> = {},
+    timeoutMs = 45_000,
+    bin: string = SPILLWAY_BIN,
+  ): Promise<RoleProc> {
     const env: Record<string, string> = {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/root',
@@ -138,7 +146,7 @@ export class SpillwayCluster {
     // SPILLWAY_BENCH_PROFILE=<dir>: each role process writes a V8 CPU profile there when it stops.
     const prof = process.env.SPILLWAY_BENCH_PROFILE;
     if (prof) env.NODE_OPTIONS = `--cpu-prof --cpu-prof-dir=${prof}`;
-    const proc = run(process.execPath, [SPILLWAY_BIN, 'start', '--role', role], env);
+    const proc = run(process.execPath, [bin, 'start', '--role', role], env);
     const adminPort = Number(
       await waitFor(
         () => {
