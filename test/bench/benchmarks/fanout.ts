@@ -358,18 +358,14 @@ export const fanout: Benchmark = {
       };
     });
     if (COMPARE_BIN)
-      for (const n of [1, 10] as const) {
-        const s = spread(
-          perRound(rates(n === 1 ? 'cmp1' : 'cmp10'), rates(n === 1 ? 'spw1' : 'spw10')),
-          'higher',
-        );
+      for (const [what, cmp, own] of [
+        ['1 endpoint/event', 'cmp1', 'spw1'],
+        ['10 endpoints/event', 'cmp10', 'spw10'],
+      ] as const) {
+        const per = perRound(rates(cmp), rates(own));
+        const s = spread(per, 'higher');
         notes.push(
-          `compare tree (${COMPARE_BIN}) ÷ this tree, ${n} endpoint${n === 1 ? '' : 's'}/event, same round: median ${s?.median.toFixed(2) ?? '—'}, worst ${s?.worst.toFixed(2) ?? '—'} (per round: ${perRound(
-            rates(n === 1 ? 'cmp1' : 'cmp10'),
-            rates(n === 1 ? 'spw1' : 'spw10'),
-          )
-            .map((x) => x?.toFixed(2) ?? '—')
-            .join(' / ')}).`,
+          `compare tree (${COMPARE_BIN}) ÷ this tree, ${what}, same round: median ${s?.median.toFixed(2) ?? '—'}, worst ${s?.worst.toFixed(2) ?? '—'} (per round: ${per.map((x) => x?.toFixed(2) ?? '—').join(' / ')}).`,
         );
       }
     const pre = (k: CaseKey) =>
