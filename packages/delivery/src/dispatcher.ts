@@ -255,23 +255,23 @@ export class Dispatcher {
     if (!pre.ok)
       return Promise.resolve({ kind: 'deferred', reason: 'breaker_open', retryAfterMs: pre.retryAfterMs });
     if (!rated && this.rated(tenant, endpoint))
-      return this.#rateThenSlot(tasks, batch, tenant, endpoint, plan);
+      return this.#rateAll(tasks, tenant, endpoint).then(
+        (refused) => refused ?? this.#slot(tasks, batch, tenant, endpoint, plan),
+      );
     return this.#slot(tasks, batch, tenant, endpoint, plan);
   }
 
-  /** Rates count events: a batch takes one token per event it carries; then the tenant slot. */
-  async #rateThenSlot(
+  /** Rates count events: a batch takes one token per event it carries. The refusal, if any. */
+  async #rateAll(
     tasks: readonly DeliveryTask[],
-    batch: string | undefined,
     tenant: Tenant,
     endpoint: Endpoint,
-    plan: EndpointPlan,
-  ): Promise<AttemptOutcome> {
+  ): Promise<AttemptOutcome | undefined> {
     for (const t of tasks) {
       const refused = await this.rate(t, tenant, endpoint);
       if (refused) return refused;
     }
-    return this.#slot(tasks, batch, tenant, endpoint, plan);
+    return undefined;
   }
 
   /**
