@@ -1,5 +1,7 @@
 #!/usr/bin/env node
 // Spillway runs its TypeScript sources directly (Node >= 24 strips types), so there is no build.
+import { availableParallelism } from 'node:os';
+
 const major = Number(process.versions.node.split('.')[0]);
 if (major < 24) {
   process.stderr.write(
@@ -50,7 +52,6 @@ if (
     // delivery waits for (the receiver, Redis, Kafka): the noisy neighbour's calm p99 under a flood
     // was a third higher with 4 than with 1 (docs/benchmarks/profile.md). Leave the main thread a
     // core: cores − 1, between 1 and 4.
-    const { availableParallelism } = await import('node:os');
     const v8Pool = Math.min(4, Math.max(1, availableParallelism() - 1));
     const flags = [
       ['--max-semi-space-size', '--max-semi-space-size=16'],

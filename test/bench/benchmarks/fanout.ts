@@ -187,17 +187,19 @@ async function warmUp(
   return (st.count * 1000) / Math.max(1, st.last - st.first);
 }
 
-/** One `spillway start --role worker` process draining a preload from the durable intake. */
+/**
+ * One `spillway start --role worker` process (of `sc.bin`'s checkout when given) draining a preload
+ * from the durable intake.
+ */
 async function spillway(
   sink: Sink,
-  perEvent: number,
+  sc: SpillwayCase,
   deliveries: number,
   tag: string,
   quick: boolean,
-  endpointExtra: Partial<Endpoint> = {},
-  bin?: string,
 ): Promise<CaseResult> {
-  const c = new SpillwayCluster('bf');
+  const { perEvent, endpoint: endpointExtra = {}, bin } = sc;
+  const c = new SpillwayCluster('bf', bin === undefined ? {} : { bin });
   let feeder: Awaited<ReturnType<typeof openIntake>> | undefined;
   try {
     const events = deliveries / perEvent;
@@ -214,7 +216,7 @@ async function spillway(
         await Promise.all(jobs);
       }
     };
-    const w = await c.startRole('worker', {}, 45_000, bin);
+    const w = await c.startRole('worker');
     const cold = await warmUp(sink, tag, deliveries, enqueue);
     let preload = 0;
     let cmds0 = 0;
@@ -251,18 +253,39 @@ async function spillway(
  * same sink and raw peer, so two trees are compared within one run (docs/benchmarks/profile.md).
  */
 const COMPARE_BIN = process.env.SPILLWAY_BENCH_COMPARE_BIN;
-type CaseKey = 'raw' | 'naive' | 'spw1' | 'spw10' | 'spwBatch' | 'cmp1' | 'cmp10';
-const CASES: readonly { key: CaseKey; label: string }[] = [
-  { key: 'raw', label: 'raw undici Pool' },
-  { key: 'naive', label: 'naive: BullMQ job per delivery' },
-  { key: 'spw1', label: 'Spillway, 1 endpoint/event' },
-  ...(COMPARE_BIN ? [{ key: 'cmp1' as const, label: 'compare tree, 1 endpoint/event' }] : []),
-  { key: 'spw10', label: 'Spillway, 10 endpoints/event' },
-  ...(COMPARE_BIN ? [{ key: 'cmp10' as const, label: 'compare tree, 10 endpoints/event' }] : []),
-  { key: 'spwBatch', label: 'Spillway, batched 10 events per request' },
-];
 /** The batched case's endpoint: 10 events per request (the sink counts the events of each). */
 const BATCH_10: Partial<Endpoint> = { batch: { maxEvents: 10, maxBytes: 1_048_576, lingerMs: 20 } };
+type CaseKey = 'raw' | 'naive' | 'spw1' | 'spw10' | 'spwBatch' | 'cmp1' | 'cmp10';
+/** A Spillway case: endpoints per event, the sink tag's prefix, endpoint options, which checkout. */
+interface SpillwayCase {
+  perEvent: number;
+  tag: string;
+  endpoint?: Partial<Endpoint>;
+  bin?: string;
+}
+const ALL_CASES: readonly { key: CaseKey; label: string; spillway?: SpillwayCase }[] = [
+  { key: 'raw', label: 'raw undici Pool' },
+  { key: 'naive', label: 'naive: BullMQ job per delivery' },
+  { key: 'spw1', label: 'Spillway, 1 endpoint/event', spillway: { perEvent: 1, tag: 'f1' } },
+  {
+    key: 'cmp1',
+    label: 'compare tree, 1 endpoint/event',
+    spillway: { perEvent: 1, tag: 'c1', bin: COMPARE_BIN },
+  },
+  { key: 'spw10', label: 'Spillway, 10 endpoints/event', spillway: { perEvent: 10, tag: 'f10' } },
+  {
+    key: 'cmp10',
+    label: 'compare tree, 10 endpoints/event',
+    spillway: { perEvent: 10, tag: 'c10', bin: COMPARE_BIN },
+  },
+  {
+    key: 'spwBatch',
+    label: 'Spillway, batched 10 events per request',
+    spillway: { perEvent: 1, tag: 'fb', endpoint: BATCH_10 },
+  },
+];
+/** The compare rows only when SPILLWAY_BENCH_COMPARE_BIN names a checkout. */
+const CASES = ALL_CASES.filter((cs) => COMPARE_BIN !== undefined || !cs.key.startsWith('cmp'));
 
 export const fanout: Benchmark = {
   name: 'fanout',
@@ -277,15 +300,10 @@ export const fanout: Benchmark = {
     const warmMs = quick ? 1500 : 3000;
     const deliveries = quick ? 6000 : 60_000;
     const notes: string[] = [];
-    const samples: Record<CaseKey, CaseResult[]> = {
-      raw: [],
-      naive: [],
-      spw1: [],
-      spw10: [],
-      spwBatch: [],
-      cmp1: [],
-      cmp10: [],
-    };
+    const samples = Object.fromEntries(ALL_CASES.map((cs) => [cs.key, [] as CaseResult[]])) as Record<
+      CaseKey,
+      CaseResult[]
+    >;
     const sink = await startSink();
     try {
       for (let r = 1; r <= rounds; r++) {
@@ -293,17 +311,10 @@ export const fanout: Benchmark = {
         for (const cs of CASES) {
           let res: CaseResult;
           try {
-            if (cs.key === 'raw') res = await rawUndici(sink, durationMs, warmMs);
-            else if (cs.key === 'naive') res = await naive(sink, deliveries, `naive-r${r}`, quick);
-            else if (cs.key === 'spwBatch')
-              res = await spillway(sink, 1, deliveries, `fb-r${r}`, quick, BATCH_10);
-            else if (cs.key === 'cmp1' || cs.key === 'cmp10') {
-              const perEvent = cs.key === 'cmp1' ? 1 : 10;
-              res = await spillway(sink, perEvent, deliveries, `c${perEvent}-r${r}`, quick, {}, COMPARE_BIN);
-            } else {
-              const perEvent = cs.key === 'spw1' ? 1 : 10;
-              res = await spillway(sink, perEvent, deliveries, `f${perEvent}-r${r}`, quick);
-            }
+            const sc = cs.spillway;
+            if (sc) res = await spillway(sink, sc, deliveries, `${sc.tag}-r${r}`, quick);
+            else if (cs.key === 'raw') res = await rawUndici(sink, durationMs, warmMs);
+            else res = await naive(sink, deliveries, `naive-r${r}`, quick);
           } catch (err) {
             res = { ok: false, note: (err as Error).message.split('\n')[0] };
             notes.push(`${cs.label}, round ${r}: ${res.note}`);

@@ -65,6 +65,8 @@ export function eventBody(
 }
 
 export interface SpillwayEnvOptions {
+  /** Another built checkout's `spillway.mjs` to run the roles from (default SPILLWAY_BIN). */
+  bin?: string;
   redisUrl?: string;
   kafkaBrokers?: string;
   extra?: Record<string, string>;
@@ -77,8 +79,10 @@ export class SpillwayCluster {
   readonly store: ConfigStore;
   readonly roles: RoleProc[] = [];
   readonly adminToken: string;
+  readonly bin: string;
 
   constructor(label: string, o: SpillwayEnvOptions = {}) {
+    this.bin = o.bin ?? SPILLWAY_BIN;
     this.prefix = `${label}-${randomBytes(3).toString('hex')}`;
     this.adminToken = `bench-${randomBytes(12).toString('hex')}`;
     this.env = {
@@ -127,16 +131,8 @@ export class SpillwayCluster {
     });
   }
 
-  /**
-   * Starts `spillway start --role <role>` as a child process and waits for its URLs. `bin`: another
-   * checkout's `spillway.mjs` (the fan-out benchmark's compare rows), else SPILLWAY_BIN.
-   */
-  async startRole(
-    role: RoleName,
-    extra: Record<string, string> = {},
-    timeoutMs = 45_000,
-    bin: string = SPILLWAY_BIN,
-  ): Promise<RoleProc> {
+  /** Starts `spillway start --role <role>` as a child process and waits for its URLs. */
+  async startRole(role: RoleName, extra: Record<string, string> = {}, timeoutMs = 45_000): Promise<RoleProc> {
     const env: Record<string, string> = {
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? '/root',
@@ -146,7 +142,7 @@ export class SpillwayCluster {
     // SPILLWAY_BENCH_PROFILE=<dir>: each role process writes a V8 CPU profile there when it stops.
     const prof = process.env.SPILLWAY_BENCH_PROFILE;
     if (prof) env.NODE_OPTIONS = `--cpu-prof --cpu-prof-dir=${prof}`;
-    const proc = run(process.execPath, [bin, 'start', '--role', role], env);
+    const proc = run(process.execPath, [this.bin, 'start', '--role', role], env);
     const adminPort = Number(
       await waitFor(
         () => {
