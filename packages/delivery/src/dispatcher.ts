@@ -378,32 +378,22 @@ export class Dispatcher {
       if (o.kind === 'delivered') return o;
       throw new AttemptFailure('error' in o ? o.error : o.kind, counts, o);
     };
-    let status: number;
-    let retryAfter: string | string[] | undefined;
+    let h: AttemptHandler;
     try {
-      const res = await agent.request({
-        origin: url.origin,
-        path: url.path,
-        method: 'POST',
-        headers,
-        body,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
+      h = await new Promise<AttemptHandler>((resolve, reject) => {
+        agent.dispatch(
+          {
+            origin: url.origin,
+            path: url.path,
+            method: 'POST',
+            headers,
+            body,
+            headersTimeout: timeoutMs,
+            bodyTimeout: timeoutMs,
+          },
+          new AttemptHandler(this.#maxResponseBytes, resolve, reject),
+        );
       });
-      status = res.statusCode;
-      retryAfter = res.headers['retry-after'];
-      // Keep the first EXCERPT_BYTES for the attempt history; read a little more (lets keep-alive
-      // reuse the socket) and drop the rest with the socket.
-      res.body.on('data', (c: Buffer) => {
-        if (!excerpt) excerpt = c.length > EXCERPT_BYTES ? c.subarray(0, EXCERPT_BYTES) : c;
-        else if (excerpt.length < EXCERPT_BYTES)
-          excerpt = Buffer.concat([excerpt, c]).subarray(0, EXCERPT_BYTES);
-      });
-      try {
-        await res.body.dump({ limit: this.#maxResponseBytes });
-      } catch {
-        // Past the limit or cut off: the socket is dropped, the answer stands.
-      }
     } catch (err) {
       // This worker's own close cut the attempt short: it says nothing about the endpoint. Neither
       // does an SSRF refusal (the target's address): the breaker ignores both.
@@ -411,6 +401,9 @@ export class Dispatcher {
       const o = classifyError(err);
       return done(o, !('error' in o && o.error === 'target_forbidden'));
     }
+    const status = h.status;
+    excerpt = h.excerpt;
+    const retryAfter = h.retryAfter;
     const durationMs = Math.round(performance.now() - started);
     if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);
     if (status === 410) return done({ kind: 'fail', status, error: 'gone' }, false);
@@ -459,6 +452,80 @@ export class Dispatcher {
     await this.#pools.close();
     this.#breakers.close();
     if (this.#ownsLimiter) await this.#limiter.close();
+  }
+}
+
+/**
+ * undici's dispatch handler for one attempt: the status, Retry-After (only on 429/503) and the first
+ * EXCERPT_BYTES of the body, read up to `limit` bytes. No response stream, no parsed header object,
+ * no async resource per attempt (what `request()` adds on top; docs/benchmarks/profile.md). Resolves
+ * with itself when the answer is known: at the body's end, or with the headers' status when the
+ * body is cut off (past the limit: the socket is dropped, the answer stands); rejects when no
+ * answer came.
+ */
+class AttemptHandler {
+  status = 0;
+  retryAfter: string | undefined;
+  excerpt: Buffer | undefined;
+  #read = 0;
+  #abort: ((err?: Error) => void) | undefined;
+  #settled = false;
+  readonly #limit: number;
+  readonly #resolve: (h: AttemptHandler) => void;
+  readonly #reject: (err: Error) => void;
+
+  constructor(limit: number, resolve: (h: AttemptHandler) => void, reject: (err: Error) => void) {
+    this.#limit = limit;
+    this.#resolve = resolve;
+    this.#reject = reject;
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.#abort = abort;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
+    if (statusCode < 200) return true; // 1xx: the real answer follows
+    this.status = statusCode;
+    if (statusCode === 429 || statusCode === 503)
+      for (let i = 0; i + 1 < rawHeaders.length; i += 2)
+        if (rawHeaders[i]!.length === 11 && rawHeaders[i]!.toString('latin1').toLowerCase() === 'retry-after') {
+          this.retryAfter = rawHeaders[i + 1]!.toString('latin1');
+          break;
+        }
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const ex = this.excerpt;
+    if (!ex) this.excerpt = chunk.length > EXCERPT_BYTES ? chunk.subarray(0, EXCERPT_BYTES) : chunk;
+    else if (ex.length < EXCERPT_BYTES) this.excerpt = Buffer.concat([ex, chunk]).subarray(0, EXCERPT_BYTES);
+    this.#read += chunk.length;
+    if (this.#read > this.#limit) {
+      // Enough read: the answer stands, the rest goes with the socket.
+      this.#settle();
+      this.#abort?.();
+      return false;
+    }
+    return true;
+  }
+
+  onComplete(): void {
+    this.#settle();
+  }
+
+  onError(err: Error): void {
+    if (this.status !== 0) this.#settle();
+    else if (!this.#settled) {
+      this.#settled = true;
+      this.#reject(err);
+    }
+  }
+
+  #settle(): void {
+    if (this.#settled) return;
+    this.#settled = true;
+    this.#resolve(this);
   }
 }
 
