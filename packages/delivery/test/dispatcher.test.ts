@@ -56,6 +56,14 @@ describe('Dispatcher: one attempt', () => {
       if (path === '/400') return res.writeHead(400).end();
       if (path === '/redirect') return res.writeHead(301, { location: '/ok' }).end();
       if (path === '/big') return res.writeHead(200).end(Buffer.alloc(4 << 20, 120));
+      if (path === '/endless') {
+        // A 200 whose body does not end (within the test): the read limit ends the attempt.
+        res.writeHead(200);
+        let n = 0;
+        const t = setInterval(() => (++n > 2000 ? res.end() : res.write(Buffer.alloc(16_384, 121))), 5);
+        res.on('close', () => clearInterval(t));
+        return;
+      }
       if (path === '/hang') return; // never answers
       res.writeHead(404).end();
     });
@@ -93,6 +101,10 @@ describe('Dispatcher: one attempt', () => {
     expect(core(await go('/400'))).toEqual({ kind: 'retry', status: 400, error: 'http_400' });
     expect(core(await go('/redirect'))).toEqual({ kind: 'retry', status: 301, error: 'http_301' });
     expect(await go('/big')).toMatchObject({ kind: 'delivered', status: 200 });
+    // Past the read limit (64 KiB) the answer stands and the socket goes; the excerpt is 1 KiB.
+    const endless = await go('/endless', { timeoutMs: 5000 });
+    expect(endless).toMatchObject({ kind: 'delivered', status: 200 });
+    expect((endless as { excerpt?: Buffer }).excerpt).toHaveLength(1024);
     const hang = await go('/hang', { timeoutMs: 300 });
     expect(core(hang)).toEqual({ kind: 'retry', error: 'timeout' });
     const refused = await d.dispatch(
@@ -109,7 +121,7 @@ describe('Dispatcher: one attempt', () => {
       },
     );
     // Redirects are not followed: /ok got only its own request, not the 301's.
-    expect(r.requests).toHaveLength(9);
+    expect(r.requests).toHaveLength(10);
     expect(r.requests.filter((q) => q.url === '/ok')).toHaveLength(1);
   });
 });
