@@ -4,7 +4,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import { batchBody, batchId } from './batch.ts';
 import { AttemptFailure, type BreakerOptions, type BreakerStateName, Breakers } from './breakers.ts';
 import { LeasedLimiter, type LeasedLimiterOptions } from './limiter.ts';
-import { attemptSeconds, attemptsTotal, inFlightGauge } from './metrics.ts';
+import { addInFlightSource, attemptSeconds, attemptsTotal } from './metrics.ts';
 import { type EndpointPlan, planOf } from './plan.ts';
 import { TenantPools } from './pools.ts';
 import { parseRetryAfter } from './retry.ts';
@@ -115,6 +115,7 @@ export class Dispatcher {
   readonly #slots = new Map<string, TenantSlots>();
   readonly #maxResponseBytes: number;
   readonly #closing = new AbortController();
+  readonly #unregister: () => void;
 
   constructor(opts: DispatcherOptions) {
     this.#keys = opts.keys;
@@ -130,6 +131,9 @@ export class Dispatcher {
     });
     this.#breakers = new Breakers(opts.breaker, opts.logger);
     this.#maxResponseBytes = opts.maxResponseBytes ?? 64 * 1024;
+    this.#unregister = addInFlightSource((into) => {
+      for (const [tid, s] of this.#slots) into.set(tid, (into.get(tid) ?? 0) + s.open);
+    });
   }
 
   /**
@@ -306,7 +310,6 @@ export class Dispatcher {
     if (!b.closed && !b.pendingClose)
       return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
     slots.open++;
-    inFlightGauge.inc({ tenant: task.tenantId });
     try {
       return (await b.fire(() => this.#attempt(tasks, batch, endpoint, plan, tenant))) as AttemptOutcome;
     } catch (err) {
@@ -318,7 +321,6 @@ export class Dispatcher {
       return { kind: 'retry', error: `connect_error: ${(err as Error).message}` };
     } finally {
       slots.open--;
-      inFlightGauge.dec({ tenant: task.tenantId });
     }
   }
 
@@ -449,6 +451,7 @@ export class Dispatcher {
   /** Aborts in-flight attempts (they come back as `retry`), then releases sockets, breakers and the limiter. */
   async close(): Promise<void> {
     this.#closing.abort();
+    this.#unregister();
     await this.#pools.close();
     this.#breakers.close();
     if (this.#ownsLimiter) await this.#limiter.close();
@@ -489,7 +492,10 @@ class AttemptHandler {
     this.status = statusCode;
     if (statusCode === 429 || statusCode === 503)
       for (let i = 0; i + 1 < rawHeaders.length; i += 2)
-        if (rawHeaders[i]!.length === 11 && rawHeaders[i]!.toString('latin1').toLowerCase() === 'retry-after') {
+        if (
+          rawHeaders[i]!.length === 11 &&
+          rawHeaders[i]!.toString('latin1').toLowerCase() === 'retry-after'
+        ) {
           this.retryAfter = rawHeaders[i + 1]!.toString('latin1');
           break;
         }

@@ -24,7 +24,27 @@ export const attemptSeconds = histogram(
   ['outcome'],
 );
 export const breakerState = gauge('spillway_delivery_breaker_state', { labelNames: ['tenant', 'endpoint'] });
-export const inFlightGauge = gauge('spillway_delivery_in_flight', { labelNames: ['tenant'] });
+/** Adds each tenant's open requests to `into` (one per Dispatcher; read at scrape time). */
+export type InFlightSource = (into: Map<string, number>) => void;
+const inFlightSources = new Set<InFlightSource>();
+/**
+ * Read from the Dispatchers' own slot counts when scraped, not kept up to date per request: a
+ * labelled inc and dec on every attempt cost two label hashes per delivery.
+ */
+gauge('spillway_delivery_in_flight', {
+  labelNames: ['tenant'],
+  collect() {
+    this.reset();
+    const open = new Map<string, number>();
+    for (const add of inFlightSources) add(open);
+    for (const [tenant, n] of open) this.set({ tenant }, n);
+  },
+});
+/** Registers a Dispatcher's counts with the gauge; the returned function removes them. */
+export function addInFlightSource(s: InFlightSource): () => void {
+  inFlightSources.add(s);
+  return () => inFlightSources.delete(s);
+}
 export const limiterRedisCalls = counter('spillway_limiter_redis_calls_total');
 export const limiterRedisErrors = counter('spillway_limiter_redis_errors_total');
 export const limiterTokensGranted = counter('spillway_limiter_tokens_granted_total');

@@ -1,6 +1,6 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import net from 'node:net';
-import { CHANNELS, VERSION } from '@spillway/shared';
+import { CHANNELS, registry, VERSION } from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
@@ -230,6 +230,9 @@ describe('Dispatcher: tenant isolation', () => {
     expect(maxInFlightA).toBe(4);
     expect(hang.maxOpen()).toBe(4);
     expect(d.pending('iso-a')).toBe(296);
+    // The in-flight gauge reads the same counts when scraped.
+    const gauge = await registry.getSingleMetricAsString('spillway_delivery_in_flight');
+    expect(gauge).toContain('spillway_delivery_in_flight{tenant="iso-a"} 4');
     await d.close();
     const outcomes = await Promise.all(flood);
     expect(outcomes.every((o) => o.kind === 'retry')).toBe(true);
