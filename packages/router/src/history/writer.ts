@@ -38,6 +38,22 @@ export const OPERATION_TTL_MS = 24 * 3_600_000;
 /** A produce that keeps failing is given up after this many tries (the records are counted dropped). */
 const SEND_TRIES = 6;
 
+/**
+ * A tenant's records of one kind and one minute in one flush: ONE Kafka message, so one offset for
+ * all of them (-1 until the send is acknowledged).
+ */
+interface Pack {
+  kind: 'e' | 'a';
+  tenantId: string;
+  /** Minutes since the epoch. */
+  minute: number;
+  partition: number;
+  /** The message's index among this send's messages to (kind, partition). */
+  k: number;
+  items: Item[];
+  offset: bigint;
+}
+
 /** A record waiting for the next flush; it is serialized only when its send starts. */
 type Item =
   | { kind: 'e'; tenantId: string; rec: EventRecord; fp?: Fingerprint; value?: string }
@@ -140,17 +156,14 @@ export class HistoryWriter {
    */
   async #send(items: Item[]): Promise<void> {
     const { topics, partitions } = this.#o;
-    /** Per item: its partition and its message's index among the messages to that (topic, partition). */
-    const placed: { partition: number; k: number }[] = [];
+    /** Messages per (kind, partition) so far: a new pack's index among them. */
     const counts = new Map<string, number>();
-    const packs = new Map<
-      string,
-      { kind: 'e' | 'a'; tenantId: string; at: number; partition: number; k: number; values: string[] }
-    >();
+    const packs = new Map<string, Pack>();
     const records = { e: 0, a: 0 };
     for (const it of items) {
       records[it.kind]++;
-      const gk = `${it.kind}\u0000${it.tenantId}\u0000${Math.floor(it.rec.at / 60_000)}`;
+      const minute = Math.floor(it.rec.at / 60_000);
+      const gk = `${it.kind}\u0000${it.tenantId}\u0000${minute}`;
       let g = packs.get(gk);
       if (!g) {
         const partition = historyPartition(
@@ -160,19 +173,18 @@ export class HistoryWriter {
         const ck = `${it.kind}:${partition}`;
         const k = counts.get(ck) ?? 0;
         counts.set(ck, k + 1);
-        g = { kind: it.kind, tenantId: it.tenantId, at: it.rec.at, partition, k, values: [] };
+        g = { kind: it.kind, tenantId: it.tenantId, minute, partition, k, items: [], offset: -1n };
         packs.set(gk, g);
       }
-      g.values.push(it.value!);
-      placed.push({ partition: g.partition, k: g.k });
+      g.items.push(it);
     }
     const byTopic = { e: [] as Message[], a: [] as Message[] };
     for (const g of packs.values())
       byTopic[g.kind].push({
         key: g.tenantId,
-        value: g.values.length === 1 ? g.values[0]! : `[${g.values.join(',')}]`,
+        value: g.items.length === 1 ? g.items[0]!.value! : `[${g.items.map((it) => it.value).join(',')}]`,
         partition: g.partition,
-        timestamp: String(g.at),
+        timestamp: String(g.items[0]!.rec.at),
       });
     const topicMessages = [
       ...(byTopic.e.length ? [{ topic: topics.events, messages: byTopic.e }] : []),
@@ -202,28 +214,31 @@ export class HistoryWriter {
     const base = new Map<string, bigint>();
     for (const m of meta)
       base.set(`${m.topicName === topics.events ? 'e' : 'a'}:${m.partition}`, BigInt(m.baseOffset ?? '-1'));
-    await this.#index(
-      items.map((it, i) => {
-        const b = base.get(`${it.kind}:${placed[i]!.partition}`) ?? -1n;
-        return { it, partition: placed[i]!.partition, offset: b < 0n ? -1n : b + BigInt(placed[i]!.k) };
-      }),
-    );
+    // Every record of a pack is in one message: one offset for all of them.
+    const placed: Pack[] = [];
+    for (const g of packs.values()) {
+      const b = base.get(`${g.kind}:${g.partition}`) ?? -1n;
+      if (b < 0n) continue;
+      g.offset = b + BigInt(g.k);
+      placed.push(g);
+    }
+    await this.#index(placed);
   }
 
-  /** The Redis side of one acknowledged send: one Lua call per tenant, plain commands for the sets. */
-  async #index(rows: { it: Item; partition: number; offset: bigint }[]): Promise<void> {
+  /**
+   * The Redis side of one acknowledged send: one Lua call per tenant, plain commands for the sets.
+   * The minute index takes each message once (its offset and how many records it holds).
+   */
+  async #index(packs: Pack[]): Promise<void> {
     const { keys, retention } = this.#o;
     const ttl = retention.ms + INDEX_SLOT_MS;
     const now = Date.now();
     const probes: { tenantId: string; eps: string[]; at: number }[] = [];
     const res = await pipelineByTag(
       this.#redis,
-      groupByTenant(
-        rows.filter((r) => r.offset >= 0n),
-        (r) => r.it.tenantId,
-      ),
+      groupByTenant(packs, (g) => g.tenantId),
       ([tenantId]) => tenantTag(tenantId),
-      (pipe, [tenantId, rs]) => {
+      (pipe, [tenantId, gs]) => {
         const from = pipe.length;
         const ranges = new Map<string, { first: bigint; last: bigint; count: number }>();
         const ids: (string | number)[] = [];
@@ -237,40 +252,42 @@ export class HistoryWriter {
           if (l) l.push([score, member]);
           else zsets.set(key, [[score, member]]);
         };
-        for (const { it, partition, offset } of rs) {
-          const hour = Math.floor(it.rec.at / INDEX_SLOT_MS);
-          const minute = Math.floor((it.rec.at % INDEX_SLOT_MS) / 60_000);
-          const rk = `${it.kind}\u0000${hour}\u0000${minute}\u0000${partition}`;
+        for (const g of gs) {
+          const hour = Math.floor(g.minute / 60);
+          const minute = g.minute % 60;
+          const rk = `${g.kind}\u0000${hour}\u0000${minute}\u0000${g.partition}`;
           const r = ranges.get(rk);
-          if (!r) ranges.set(rk, { first: offset, last: offset, count: 1 });
+          if (!r) ranges.set(rk, { first: g.offset, last: g.offset, count: g.items.length });
           else {
-            if (offset < r.first) r.first = offset;
-            if (offset > r.last) r.last = offset;
-            r.count++;
+            if (g.offset < r.first) r.first = g.offset;
+            if (g.offset > r.last) r.last = g.offset;
+            r.count += g.items.length;
           }
-          if (it.kind === 'e') {
-            const fp = it.fp ?? fingerprint(it.rec.i);
-            ids.push(hour, minute, fp.index, fp.bucket);
-            continue;
-          }
-          const a = it.rec;
-          // Endpoint health: when the current run of failures began; any delivery ends it.
-          const hs = health.get(a.p) ?? { reset: false, since: undefined };
-          health.set(a.p, hs);
-          if (a.o === 'delivered') {
-            hs.reset = true;
-            hs.since = undefined;
-          } else hs.since ??= a.at;
-          if (a.o !== 'delivered') zadd(keys.failedAttempts(tenantId, a.p), a.at, attemptMember(a));
-          else if (a.n > 1 || a.rs || a.lt) zadd(keys.laterAttempts(tenantId, a.p), a.at, attemptMember(a));
-          // The tenant's failed deliveries (event, endpoint) — until one answers after all.
-          if (a.o === 'failed') failedNow.set(`${a.i} ${a.p}`, a.at);
-          else if (a.o === 'delivered' && (a.n > 1 || a.rs)) failedNow.set(`${a.i} ${a.p}`, undefined);
-          // A resend/recover operation's progress: how many of its deliveries ended, and how.
-          if (a.rs && a.o !== 'retrying') {
-            const ok = `${keys.operations(tenantId)}:${a.rs}:n`;
-            pipe.hincrby(ok, a.o, 1);
-            pipe.pexpire(ok, OPERATION_TTL_MS);
+          for (const it of g.items) {
+            if (it.kind === 'e') {
+              const fp = it.fp ?? fingerprint(it.rec.i);
+              ids.push(hour, minute, fp.index, fp.bucket);
+              continue;
+            }
+            const a = it.rec;
+            // Endpoint health: when the current run of failures began; any delivery ends it.
+            const hs = health.get(a.p) ?? { reset: false, since: undefined };
+            health.set(a.p, hs);
+            if (a.o === 'delivered') {
+              hs.reset = true;
+              hs.since = undefined;
+            } else hs.since ??= a.at;
+            if (a.o !== 'delivered') zadd(keys.failedAttempts(tenantId, a.p), a.at, attemptMember(a));
+            else if (a.n > 1 || a.rs || a.lt) zadd(keys.laterAttempts(tenantId, a.p), a.at, attemptMember(a));
+            // The tenant's failed deliveries (event, endpoint) — until one answers after all.
+            if (a.o === 'failed') failedNow.set(`${a.i} ${a.p}`, a.at);
+            else if (a.o === 'delivered' && (a.n > 1 || a.rs)) failedNow.set(`${a.i} ${a.p}`, undefined);
+            // A resend/recover operation's progress: how many of its deliveries ended, and how.
+            if (a.rs && a.o !== 'retrying') {
+              const ok = `${keys.operations(tenantId)}:${a.rs}:n`;
+              pipe.hincrby(ok, a.o, 1);
+              pipe.pexpire(ok, OPERATION_TTL_MS);
+            }
           }
         }
         const args: (string | number)[] = [ttl, INDEX_PER_BUCKET, ranges.size];
@@ -315,14 +332,15 @@ export class HistoryWriter {
       },
     );
     const err = firstError(res);
-    if (err) this.#o.logger.warn({ err, records: rows.length }, 'history index write failed');
+    if (err)
+      this.#o.logger.warn(
+        { err, records: packs.reduce((n, g) => n + g.items.length, 0) },
+        'history index write failed',
+      );
     // Endpoints still failing whose run began longer ago than SPILLWAY_ENDPOINT_DISABLE_AFTER.
     const after = this.#o.disableAfterMs;
     if (after === undefined) return;
-    const groups = groupByTenant(
-      rows.filter((r) => r.offset >= 0n),
-      (r) => r.it.tenantId,
-    );
+    const groups = groupByTenant(packs, (g) => g.tenantId);
     for (const p of probes) {
       const g = groups.findIndex(([t]) => t === p.tenantId);
       const [e, since] = res[g]?.[p.at] ?? [new Error('no reply'), null];
