@@ -107,6 +107,9 @@ struct spw_server {
   int thread_started;
   pthread_mutex_t mu;
   cmd *cmd_head, *cmd_tail;
+  /* A wake-up is on its way (the eventfd was written since the last run_commands took the list):
+   * further commands ride on it instead of writing the eventfd again (under mu). */
+  int wake_pending;
 
   int closing;
   int drain;
@@ -812,6 +815,7 @@ static void run_commands(spw_server *s) {
   pthread_mutex_lock(&s->mu);
   cmd *m = s->cmd_head;
   s->cmd_head = s->cmd_tail = NULL;
+  s->wake_pending = 0;
   pthread_mutex_unlock(&s->mu);
   while (m) {
     cmd *next = m->next;
@@ -1163,14 +1167,31 @@ int spw_server_start(spw_server *s) {
   return port;
 }
 
-static int push_cmd(spw_server *s, cmd *m) {
+/* Writes the eventfd unless a wake-up is already on its way; `wake` 0 leaves the command queued
+ * until the embedder's spw_server_wake (one eventfd write for a burst of answers, not one each:
+ * each write wakes the ring thread, on a VM a cross-CPU interrupt). */
+static int push_cmd_wake(spw_server *s, cmd *m, int wake) {
   pthread_mutex_lock(&s->mu);
   if (s->cmd_tail) s->cmd_tail->next = m;
   else s->cmd_head = m;
   s->cmd_tail = m;
+  int write_now = wake && !s->wake_pending && s->wake_fd >= 0;
+  if (write_now) s->wake_pending = 1;
   pthread_mutex_unlock(&s->mu);
   uint64_t one = 1;
-  if (s->wake_fd >= 0 && write(s->wake_fd, &one, sizeof one) < 0) return -errno;
+  if (write_now && write(s->wake_fd, &one, sizeof one) < 0) return -errno;
+  return 0;
+}
+
+static int push_cmd(spw_server *s, cmd *m) { return push_cmd_wake(s, m, 1); }
+
+int spw_server_wake(spw_server *s) {
+  pthread_mutex_lock(&s->mu);
+  int write_now = s->cmd_head && !s->wake_pending && s->wake_fd >= 0;
+  if (write_now) s->wake_pending = 1;
+  pthread_mutex_unlock(&s->mu);
+  uint64_t one = 1;
+  if (write_now && write(s->wake_fd, &one, sizeof one) < 0) return -errno;
   return 0;
 }
 
@@ -1187,14 +1208,24 @@ static int send_cmd(spw_server *s, cmd c) {
   return push_cmd(s, m);
 }
 
-int spw_server_respond(spw_server *s, double id, const char *data, size_t len, int close_conn) {
+int spw_server_respond_wake(spw_server *s, double id, const char *data, size_t len, int close_conn, int wake) {
   char *copy = NULL;
   if (len) {
     copy = malloc(len);
     if (!copy) return -ENOMEM;
     memcpy(copy, data, len);
   }
-  return send_cmd(s, (cmd){.type = CMD_RESPOND, .id = id, .close = close_conn, .data = copy, .len = len});
+  cmd *m = malloc(sizeof *m);
+  if (!m) {
+    free(copy);
+    return -ENOMEM;
+  }
+  *m = (cmd){.type = CMD_RESPOND, .id = id, .close = close_conn, .data = copy, .len = len};
+  return push_cmd_wake(s, m, wake);
+}
+
+int spw_server_respond(spw_server *s, double id, const char *data, size_t len, int close_conn) {
+  return spw_server_respond_wake(s, id, data, len, close_conn, 1);
 }
 
 int spw_server_continue(spw_server *s, double id, uint64_t body_cap) {

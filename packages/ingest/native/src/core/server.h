@@ -86,6 +86,11 @@ int spw_server_create(const spw_config *cfg, spw_deliver_fn deliver, void *ctx, 
 int spw_server_start(spw_server *srv);
 /* Thread-safe commands; they take effect on the ring thread. Unknown/stale ids are ignored. */
 int spw_server_respond(spw_server *srv, double id, const char *data, size_t len, int close);
+/* The same with wake 0: queued without waking the ring thread; spw_server_wake (or any later
+ * command that wakes) sends it. For a burst of answers from one embedder turn: one wake-up. */
+int spw_server_respond_wake(spw_server *srv, double id, const char *data, size_t len, int close, int wake);
+/* Wakes the ring thread for commands queued with wake 0 (nothing when none are, or one is coming). */
+int spw_server_wake(spw_server *srv);
 /* The embedder accepted the request: sends 100 Continue if asked for, lets body bytes past the
  * pre-accept window flow, and lowers the request's body cap to body_cap (UINT64_MAX: unchanged). */
 int spw_server_continue(spw_server *srv, double id, uint64_t body_cap);

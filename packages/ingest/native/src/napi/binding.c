@@ -314,17 +314,27 @@ static napi_value js_listen(napi_env env, napi_callback_info info) {
   return num(env, port);
 }
 
+/* respond(handle, id, buffer, close[, wake = true]); wake false: queued until wake(handle) */
 static napi_value js_respond(napi_env env, napi_callback_info info) {
-  SERVER_CALL(4, argc == 4);
+  SERVER_CALL(5, argc == 4 || argc == 5);
   double id;
   void *data;
   size_t len;
-  bool close_conn;
+  bool close_conn, wake = true;
   if (!as || napi_get_value_double(env, argv[1], &id) != napi_ok ||
-      napi_get_buffer_info(env, argv[2], &data, &len) != napi_ok || napi_get_value_bool(env, argv[3], &close_conn) != napi_ok)
-    return misuse(env, "respond(handle, id, buffer, close)");
+      napi_get_buffer_info(env, argv[2], &data, &len) != napi_ok || napi_get_value_bool(env, argv[3], &close_conn) != napi_ok ||
+      (argc == 5 && napi_get_value_bool(env, argv[4], &wake) != napi_ok))
+    return misuse(env, "respond(handle, id, buffer, close[, wake])");
   if (!as->started || as->closed) return num(env, -ENOTCONN);
-  return num(env, spw_server_respond(as->srv, id, data, len, close_conn));
+  return num(env, spw_server_respond_wake(as->srv, id, data, len, close_conn, wake));
+}
+
+/* wake(handle): sends the answers queued with wake false */
+static napi_value js_wake(napi_env env, napi_callback_info info) {
+  SERVER_CALL(1, argc == 1);
+  if (!as) return misuse(env, "wake(handle)");
+  if (!as->started || as->closed) return num(env, -ENOTCONN);
+  return num(env, spw_server_wake(as->srv));
 }
 
 /* cont(handle, id, bodyCap) */
@@ -503,6 +513,7 @@ NAPI_MODULE_INIT() {
     {"create", NULL, js_create, NULL, NULL, NULL, napi_default, NULL},
     {"listen", NULL, js_listen, NULL, NULL, NULL, napi_default, NULL},
     {"respond", NULL, js_respond, NULL, NULL, NULL, napi_default, NULL},
+    {"wake", NULL, js_wake, NULL, NULL, NULL, napi_default, NULL},
     {"cont", NULL, js_continue, NULL, NULL, NULL, napi_default, NULL},
     {"setRoutes", NULL, js_set_routes, NULL, NULL, NULL, napi_default, NULL},
     {"close", NULL, js_close, NULL, NULL, NULL, napi_default, NULL},
