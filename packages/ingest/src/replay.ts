@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { defineCommands, type Keys, type RedisClient } from '@spillway/shared';
 
 /**
@@ -51,8 +51,9 @@ export function claimSlots(windowMs: number, now: number): { slot: number; back:
  * same digest for its bucket, and the 8-byte fingerprint of the id that claims it.
  */
 export function claimArgs(sourceId: string, bodySha256: string, eventId: string): [string, string, number] {
-  const b = createHash('sha256').update(sourceId).update('\n').update(bodySha256).digest();
-  const o = createHash('sha256').update(eventId).digest('hex').slice(0, 16);
+  // One-shot hash(): a createHash object per digest cost about twice as much on the request path.
+  const b = hash('sha256', `${sourceId}\n${bodySha256}`, 'buffer');
+  const o = hash('sha256', eventId, 'hex').slice(0, 16);
   return [b.toString('hex', 0, 8), o, b.readUInt32BE(8)];
 }
 
