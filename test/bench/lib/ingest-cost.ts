@@ -10,6 +10,7 @@
  * Uses the project Redis (SPILLWAY_REDIS_URL): run it alone (the lock), since commandstats are
  * the whole server's.
  */
+import { readdirSync, readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { cpuMicrosOf } from './procs.ts';
 import { REDIS_URL, SpillwayCluster } from './spillway.ts';
@@ -53,10 +54,14 @@ try {
   const pid = r.proc.child.pid!;
   await admin.config('RESETSTAT');
   const cpu0 = (await cpuMicrosOf(pid))!;
+  const threads0 = threadCpu(pid);
+  const wrk0 = childrenCpu();
   const rcpu0 = redisCpu(await admin.info('cpu'));
   const mon = slowlog ? await slowlogStart(admin) : undefined;
   const res = await runWrk({ ...base, count, runTag: `${tag}m`, durationS: seconds });
   const cpu1 = (await cpuMicrosOf(pid))!;
+  const threads1 = threadCpu(pid);
+  const wrk1 = childrenCpu();
   const rcpu1 = redisCpu(await admin.info('cpu'));
   const stats = parseStats(await admin.info('commandstats'));
   const events = res.requests - res.non202;
@@ -64,6 +69,23 @@ try {
     `${backend}: ${res.rps.toFixed(0)} req/s, ${events} accepted (non-202 ${res.non202}), p99 ${res.p99Ms} ms`,
   );
   console.log(`ingest process CPU: ${((cpu1 - cpu0) / events).toFixed(1)} µs/event`);
+  const byName = new Map<string, number>();
+  for (const [tid, t] of threads1) {
+    const d = t.us - (threads0.get(tid)?.us ?? 0);
+    // Threads the addon starts (the io_uring ring) inherit the main thread's name.
+    const name = t.name === 'MainThread' && tid !== String(pid) ? 'MainThread-named (ring)' : t.name;
+    byName.set(name, (byName.get(name) ?? 0) + d);
+  }
+  console.log(
+    `  by thread (µs/event): ${[...byName]
+      .filter(([, us]) => us > 0)
+      .sort((a, b) => b[1] - a[1])
+      .map(([n, us]) => `${n} ${(us / events).toFixed(1)}`)
+      .join(', ')}`,
+  );
+  console.log(
+    `wrk CPU (this process's waited-for children): ${((wrk1 - wrk0) / events).toFixed(1)} µs/event`,
+  );
   console.log(`Redis server CPU (INFO cpu): ${((rcpu1 - rcpu0) / events).toFixed(1)} µs/event`);
   let totalUs = 0;
   const rows = [...stats].sort((a, b) => b[1].usec - a[1].usec);
@@ -82,6 +104,29 @@ try {
 } finally {
   await c.close();
   admin.disconnect();
+}
+
+/** CPU (µs) of this process's children that have been waited for (cutime + cstime): wrk's. */
+function childrenCpu(): number {
+  const stat = readFileSync('/proc/self/stat', 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(f[13]) + Number(f[14])) * 1e6) / 100;
+}
+
+/** CPU (user + system, µs) of each thread of a process, by tid, with its name (/proc/<pid>/task). */
+function threadCpu(pid: number): Map<string, { name: string; us: number }> {
+  const out = new Map<string, { name: string; us: number }>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).replace(/\d+$/, '#');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(tid, { name, us: ((Number(f[11]) + Number(f[12])) * 1e6) / 100 });
+    } catch {
+      // the thread ended
+    }
+  }
+  return out;
 }
 
 /** Commands that, in this role, only run inside scripts (their time is inside EVALSHA). */
