@@ -4,9 +4,13 @@
  * role runs for each GitHub event — body-claim-1, dedup-reserve-1, dedup-promote-1 — and each
  * script's server-side time is read from `INFO commandstats` deltas (EVALSHA usec) around its calls.
  *
- *   node test/bench/lib/lua-cost.ts [events=30000] [batch=20] [luaLibDir]
+ *   node test/bench/lib/lua-cost.ts [events=30000] [batch=20] [luaLibDir|-] [perSlot=0]
  *
- * `luaLibDir` replaces packages/shared/src/lua (to compare another fingerprints.lua on the same data).
+ * `luaLibDir` replaces packages/shared/src/lua (to compare another fingerprints.lua on the same data;
+ * `-` for the default). `perSlot` > 0 first fills each of the window's 24 earlier slots with that
+ * many claims and ids (a window in steady state: a benchmark's fresh prefix has only the current
+ * slot, so its lookups read fewer buckets than production's). LUA_COST_CLAIM_PER / LUA_COST_ID_PER
+ * set the target entries per bucket (default 128 / 256, what ingest and the intake pass).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -15,7 +19,14 @@ import { REDIS_URL } from './spillway.ts';
 
 const total = Number(process.argv[2] ?? 30_000);
 const B = Number(process.argv[3] ?? 20);
-const lib = process.argv[4] ?? new URL('../../../packages/shared/src/lua/', import.meta.url).pathname;
+const lib =
+  process.argv[4] && process.argv[4] !== '-'
+    ? process.argv[4]
+    : new URL('../../../packages/shared/src/lua/', import.meta.url).pathname;
+const perSlot = Number(process.argv[5] ?? 0);
+/** Target entries per bucket (the callers' CLAIMS_PER_BUCKET and DEDUP_PER_BUCKET unless set). */
+const claimPer = Number(process.env.LUA_COST_CLAIM_PER ?? 128);
+const idPer = Number(process.env.LUA_COST_ID_PER ?? 256);
 const read = (p: string) =>
   readFileSync(p, 'utf8').replace(/^--@include (\S+\.lua)\s*$/gm, (_l, f: string) =>
     readFileSync(`${lib}/${f}`, 'utf8'),
@@ -40,6 +51,24 @@ async function evalUs(): Promise<number> {
   return Number(/cmdstat_evalsha:calls=\d+,usec=(\d+)/.exec(info)?.[1] ?? 0);
 }
 
+// A window in steady state: the 24 earlier slots filled as the current one will be (appends only,
+// through the same scripts, with their slot number as the current one).
+const fillHex = (s: string) => createHash('sha256').update(s).digest();
+// Oldest first, as time fills them: a slot's first epoch is sized from the slot before it.
+for (let k = back; k >= 1 && perSlot > 0; k--) {
+  for (let done = 0; done < perSlot; done += 200) {
+    const fps = Array.from({ length: 200 }, (_, i) => fillHex(`${tag}-fill-${k}-${done + i}`));
+    const idArgs = fps.flatMap((f) => [f.toString('hex', 0, 8), f.readUInt32BE(8)]);
+    const claimArgs = fps.flatMap((f) => {
+      const b = fillHex(`body ${f.toString('hex')}`);
+      return [b.toString('hex', 0, 8), f.toString('hex', 0, 8), b.readUInt32BE(8)];
+    });
+    // back 0: the fill does not search the window, it only appends to slot - k.
+    await redis.evalsha(claim, 1, bc, ttl, slot - k, 0, claimPer, ...claimArgs);
+    await redis.evalsha(promote, 1, dd, ttl, slot - k, 0, idPer, 0, ...idArgs);
+  }
+}
+
 const spent = { claim: 0, reserve: 0, promote: 0 };
 let measured = 0;
 const hex = (s: string) => createHash('sha256').update(s).digest();
@@ -61,13 +90,13 @@ for (let done = 0; done < total; done += B) {
     if (timing) spent[k] += t1 - t;
     t = await evalUs();
   };
-  await step('claim', () => redis.evalsha(claim, 1, bc, ttl, slot, back, 128, ...claimArgs));
+  await step('claim', () => redis.evalsha(claim, 1, bc, ttl, slot, back, claimPer, ...claimArgs));
   await step('reserve', () => redis.evalsha(reserve, 1, dd, 'p:x', 30_000, slot, back, ...idArgs));
-  await step('promote', () => redis.evalsha(promote, 1, dd, ttl, slot, back, 256, 0, ...idArgs));
+  await step('promote', () => redis.evalsha(promote, 1, dd, ttl, slot, back, idPer, 0, ...idArgs));
   if (timing) measured += B;
 }
 console.log(
-  `lib ${lib}: ${total} events in batches of ${B}; second half, µs per event (server, EVALSHA): ` +
+  `lib ${lib}, per bucket ${claimPer}/${idPer}: ${perSlot > 0 ? `window filled (${perSlot} per earlier slot), ` : ''}${total} events in batches of ${B}; second half, µs per event (server, EVALSHA): ` +
     Object.entries(spent)
       .map(([k, v]) => `${k} ${(v / measured).toFixed(1)}`)
       .join(', ') +
