@@ -59,6 +59,25 @@ type Item =
   | { kind: 'e'; tenantId: string; rec: EventRecord; fp?: Fingerprint; value?: string }
   | { kind: 'a'; tenantId: string; rec: AttemptRecord; value?: string };
 
+/**
+ * A pack's message value: its records' JSON as one JSON array, written straight into one Buffer.
+ * Handing kafkajs a joined string cost more than the rest of the send: the join is a rope that its
+ * encoder's two `Buffer.byteLength` calls flatten and scan before it is copied again.
+ */
+function packValue(items: readonly Item[]): Buffer {
+  if (items.length === 1) return Buffer.from(items[0]!.value!);
+  let bytes = items.length + 1; // brackets and commas
+  for (const it of items) bytes += Buffer.byteLength(it.value!);
+  const buf = Buffer.allocUnsafe(bytes);
+  let at = 0;
+  for (let i = 0; i < items.length; i++) {
+    buf[at++] = i === 0 ? 0x5b : 0x2c; // '[' before the first, ',' between
+    at += buf.write(items[i]!.value!, at);
+  }
+  buf[at] = 0x5d; // ']'
+  return buf;
+}
+
 export interface HistoryWriterOptions {
   kafka: Kafka;
   redis: RedisClient;
@@ -182,7 +201,7 @@ export class HistoryWriter {
     for (const g of packs.values())
       byTopic[g.kind].push({
         key: g.tenantId,
-        value: g.items.length === 1 ? g.items[0]!.value! : `[${g.items.map((it) => it.value).join(',')}]`,
+        value: packValue(g.items),
         partition: g.partition,
         timestamp: String(g.items[0]!.rec.at),
       });
