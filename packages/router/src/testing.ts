@@ -7,6 +7,7 @@ export { utcDay } from './admin/quota.ts';
 export { KafkaRangeReader } from './history/kafka-range.ts';
 export { HistoryReader } from './history/reader.ts';
 export { ensureHistoryTopics, historyTopics } from './history/topics.ts';
+export { HistoryWriter, MAX_BUFFERED_EVENT_BYTES } from './history/writer.ts';
 export { ordStepArgs } from './ordering/store.ts';
 export { fingerprint } from './records/fingerprints.ts';
 export { type Role, type Started, start } from './roles/start.ts';

@@ -33,6 +33,13 @@ const MAX_BATCH = 4000;
 const MAX_SEND_BYTES = 512 * 1024;
 /** Records buffered while Kafka does not answer; past this new ones are dropped and counted. */
 const MAX_BUFFERED = 50_000;
+/**
+ * Bytes of event records (about their JSON, body included) waiting for a send, past which the
+ * worker claims no more intake work (`room()`) until the writer catches up. Spilling a backlog at
+ * 10,000+ events/s outran the serial produce; the records queued behind it (up to MAX_BUFFERED,
+ * bodies in the JS heap) were 80–100 MiB of the worker's peak RSS (docs/benchmarks/profile.md).
+ */
+export const MAX_BUFFERED_EVENT_BYTES = 8 * 1024 * 1024;
 /** How long a resend/recover operation is kept (its idempotency window). */
 export const OPERATION_TTL_MS = 24 * 3_600_000;
 /** A produce that keeps failing is given up after this many tries (the records are counted dropped). */
@@ -56,7 +63,7 @@ interface Pack {
 
 /** A record waiting for the next flush; it is serialized only when its send starts. */
 type Item =
-  | { kind: 'e'; tenantId: string; rec: EventRecord; fp?: Fingerprint; value?: string }
+  | { kind: 'e'; tenantId: string; rec: EventRecord; fp?: Fingerprint; value?: string; bytes: number }
   | { kind: 'a'; tenantId: string; rec: AttemptRecord; value?: string };
 
 /**
@@ -111,6 +118,10 @@ export class HistoryWriter {
   readonly #redis: ReturnType<typeof withCommands>;
   readonly #producer: ReturnType<typeof lazyProducer>;
   #buffered = 0;
+  /** Estimated bytes of the event records buffered (Item.bytes). */
+  #eventBytes = 0;
+  /** Callers of room() waiting for #eventBytes to fall under MAX_BUFFERED_EVENT_BYTES. */
+  #roomWaiters: (() => void)[] = [];
   #closed = false;
   readonly #writer = new ListWriter<Item>({
     flushMs: FLUSH_MS,
@@ -132,7 +143,27 @@ export class HistoryWriter {
    */
   event(ev: SpillwayEvent, endpointIds: readonly string[], fp?: Fingerprint): void {
     const rec: EventRecord = { ...eventToWire(ev), p: [...endpointIds], at: Date.now() };
-    this.#add(fp ? { kind: 'e', tenantId: ev.tenantId, rec, fp } : { kind: 'e', tenantId: ev.tenantId, rec });
+    // The record's JSON: the base64 body plus about 200 bytes of ids, type and endpoint list.
+    const bytes = rec.b.length + 200 + 40 * endpointIds.length;
+    const item: Item = { kind: 'e', tenantId: ev.tenantId, rec, bytes };
+    if (fp) item.fp = fp;
+    if (this.#add(item)) this.#eventBytes += bytes;
+  }
+
+  /**
+   * Undefined while the event records waiting for a send stay under MAX_BUFFERED_EVENT_BYTES, else
+   * a promise that resolves once the writer has caught up below it (or is closed). The worker
+   * awaits it before it takes another intake job apart, so a backlog is fanned out no faster than
+   * its event log is written, and the records waiting stay bounded.
+   */
+  room(): Promise<void> | undefined {
+    if (this.#closed || this.#eventBytes < MAX_BUFFERED_EVENT_BYTES) return undefined;
+    return new Promise((resolve) => this.#roomWaiters.push(resolve));
+  }
+
+  #wakeRoom(): void {
+    if (this.#eventBytes >= MAX_BUFFERED_EVENT_BYTES && !this.#closed) return;
+    for (const w of this.#roomWaiters.splice(0)) w();
   }
 
   /** One attempt that ended (or a dead letter without one: `endpoint_disabled`). */
@@ -140,13 +171,15 @@ export class HistoryWriter {
     this.#add({ kind: 'a', tenantId: rec.t, rec });
   }
 
-  #add(item: Item): void {
+  /** Whether the item was buffered (false: dropped and counted). */
+  #add(item: Item): boolean {
     if (this.#closed || this.#buffered >= MAX_BUFFERED) {
       historyDroppedTotal.inc();
-      return;
+      return false;
     }
     this.#buffered++;
     this.#writer.add(item);
+    return true;
   }
 
   async #write(items: Item[]): Promise<void> {
@@ -164,6 +197,8 @@ export class HistoryWriter {
       }
     } finally {
       this.#buffered -= items.length;
+      for (const it of items) if (it.kind === 'e') this.#eventBytes -= it.bytes;
+      this.#wakeRoom();
     }
   }
 
@@ -380,6 +415,7 @@ export class HistoryWriter {
     do await this.#writer.flush();
     while (this.#writer.busy);
     this.#closed = true;
+    this.#wakeRoom();
     await this.#producer.close();
   }
 }
