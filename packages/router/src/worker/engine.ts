@@ -61,8 +61,8 @@ export interface EngineDeps {
 
 /** Config refresh period for tenants this worker holds: pause/resume acts within 1 s even if a pub/sub message is lost. */
 const REFRESH_MS = 500;
-/** Default Engine jobShare: an eighth of the worker's job slots (worker.ts CONCURRENCY = 64). */
-export const JOB_SHARE = 8;
+/** Default Engine jobShare: an eighth of the worker's job slots (worker.ts CONCURRENCY = 256). */
+export const JOB_SHARE = 32;
 /** Default Engine maxTasks. */
 const MAX_TASKS = 10_000;
 /**

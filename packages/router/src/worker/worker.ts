@@ -33,11 +33,8 @@ import { Settler } from './settle.ts';
  * this bounds claimed-but-unstarted work, not delivery. A job stays active while any of its tasks
  * is in a lane; a stalled lane keeps only its requests on the wire (its tenant's concurrency), so a
  * hanging tenant holds at most that many of these slots and the rest keep other tenants moving.
- * 64, not 256: a job waiting for room already holds its parsed events, and with 256 slots a worker
- * spilling a paused backlog at 10,000+ events/s held up to 256 of them (backlog peak RSS 319-357
- * against 300-306 MiB at 400,000 events; docs/benchmarks/profile.md).
  */
-const CONCURRENCY = 64;
+const CONCURRENCY = 256;
 
 /**
  * One run per job id in this process. A lock renewal missed under load (the event loop late by a
