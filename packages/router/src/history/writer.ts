@@ -35,9 +35,9 @@ const MAX_SEND_BYTES = 512 * 1024;
 const MAX_BUFFERED = 50_000;
 /**
  * Bytes of event records (about their JSON, body included) waiting for a send, past which the
- * worker claims no more intake work (`room()`) until the writer catches up. Spilling a backlog at
- * 10,000+ events/s outran the serial produce; the records queued behind it (up to MAX_BUFFERED,
- * bodies in the JS heap) were 80–100 MiB of the worker's peak RSS (docs/benchmarks/profile.md).
+ * worker claims no more intake work (`room()`) until the writer catches up. Without it only
+ * MAX_BUFFERED bounded them: 50,000 records whose bodies may be up to 1 MiB each, in the JS heap,
+ * whenever fan-out outruns the serial produce (a backlog spilled at 10,000+ events/s does).
  */
 export const MAX_BUFFERED_EVENT_BYTES = 8 * 1024 * 1024;
 /** How long a resend/recover operation is kept (its idempotency window). */
