@@ -464,7 +464,9 @@ export class Dispatcher {
  * no async resource per attempt (what `request()` adds on top; docs/benchmarks/profile.md). Resolves
  * with itself when the answer is known: at the body's end, or with the headers' status when the
  * body is cut off (past the limit: the socket is dropped, the answer stands); rejects when no
- * answer came.
+ * answer came. It has the handler shape undici's clients call directly (onConnect, onHeaders with
+ * the raw headers, onData, onComplete, onError); a handler of the newer controller shape
+ * (`onRequestStart`, ...) is wrapped per request, and the wrapper parses every header.
  */
 class AttemptHandler {
   status = 0;
