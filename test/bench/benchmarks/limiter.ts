@@ -11,7 +11,7 @@ import { PrivateRedis } from '../../helpers/redis-server.ts';
 import { sleep, waitFor } from '../../helpers/wait.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { startSink } from '../lib/sink.ts';
-import { openIntake, SpillwayCluster } from '../lib/spillway.ts';
+import { commandStats, openIntake, SpillwayCluster } from '../lib/spillway.ts';
 import type { Benchmark } from './types.ts';
 
 const metricSum = (text: string, name: string) =>
@@ -21,11 +21,10 @@ const metricSum = (text: string, name: string) =>
     .reduce((a, l) => a + Number(l.split(' ').at(-1)), 0);
 
 async function commandCalls(r: Redis): Promise<number> {
-  const info = await r.info('commandstats');
   let n = 0;
   // Round trips only: commands that a script runs inside Redis are counted by commandstats too.
-  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm))
-    if (/^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro|script\|load)$/.test(m[1]!)) n += Number(m[2]);
+  for (const [cmd, { calls }] of commandStats(await r.info('commandstats')))
+    if (/^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro|script\|load)$/.test(cmd)) n += calls;
   return n;
 }
 

@@ -12,22 +12,14 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
-import { cpuMicrosOf } from './procs.ts';
-import { REDIS_URL, SpillwayCluster } from './spillway.ts';
+import { cpuMicrosOf, parseProcStat } from './procs.ts';
+import { commandStats, REDIS_URL, SpillwayCluster } from './spillway.ts';
 import { runWrk } from './wrk.ts';
 
 const backend = (process.argv[2] ?? 'uring') as 'uring' | 'node';
 const seconds = Number(process.argv[3] ?? 5);
 const slowlog = process.argv.includes('--slowlog');
 
-function parseStats(info: string): Map<string, { calls: number; usec: number }> {
-  const m = new Map<string, { calls: number; usec: number }>();
-  for (const line of info.split('\n')) {
-    const x = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line.trim());
-    if (x) m.set(x[1]!, { calls: Number(x[2]), usec: Number(x[3]) });
-  }
-  return m;
-}
 const redisCpu = (info: string) => {
   const u = Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1]);
   const s = Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1]);
@@ -63,7 +55,7 @@ try {
   const threads1 = threadCpu(pid);
   const wrk1 = childrenCpu();
   const rcpu1 = redisCpu(await admin.info('cpu'));
-  const stats = parseStats(await admin.info('commandstats'));
+  const stats = commandStats(await admin.info('commandstats'));
   const events = res.requests - res.non202;
   console.log(
     `${backend}: ${res.rps.toFixed(0)} req/s, ${events} accepted (non-202 ${res.non202}), p99 ${res.p99Ms} ms`,
@@ -108,9 +100,7 @@ try {
 
 /** CPU (µs) of this process's children that have been waited for (cutime + cstime): wrk's. */
 function childrenCpu(): number {
-  const stat = readFileSync('/proc/self/stat', 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(f[13]) + Number(f[14])) * 1e6) / 100;
+  return parseProcStat(readFileSync('/proc/self/stat', 'utf8')).childrenUs;
 }
 
 /** CPU (user + system, µs) of each thread of a process, by tid, with its name (/proc/<pid>/task). */
@@ -118,10 +108,8 @@ function threadCpu(pid: number): Map<string, { name: string; us: number }> {
   const out = new Map<string, { name: string; us: number }>();
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).replace(/\d+$/, '#');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(tid, { name, us: ((Number(f[11]) + Number(f[12])) * 1e6) / 100 });
+      const st = parseProcStat(readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8'));
+      out.set(tid, { name: st.name.replace(/\d+$/, '#'), us: st.us });
     } catch {
       // the thread ended
     }

@@ -15,7 +15,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
-import { REDIS_URL } from './spillway.ts';
+import { commandStats, REDIS_URL } from './spillway.ts';
 
 const total = Number(process.argv[2] ?? 30_000);
 const B = Number(process.argv[3] ?? 20);
@@ -47,8 +47,7 @@ const back = 24;
 const ttl = 25 * slotMs;
 
 async function evalUs(): Promise<number> {
-  const info = (await redis.info('commandstats')) as string;
-  return Number(/cmdstat_evalsha:calls=\d+,usec=(\d+)/.exec(info)?.[1] ?? 0);
+  return commandStats(await redis.info('commandstats')).get('evalsha')?.usec ?? 0;
 }
 
 // A window in steady state: the 24 earlier slots filled as the current one will be (appends only,

@@ -107,21 +107,29 @@ export async function runToEnd(
   return { code, out: p.out(), err: p.err() };
 }
 
-/** Resident set size of a process in bytes (Linux /proc), undefined once it is gone. */
+/** The CPU fields of a /proc `stat` line, in µs, and the thread or process name. */
+export function parseProcStat(stat: string): { name: string; us: number; childrenUs: number } {
+  // Fields after the command name (which may contain spaces) start at ") ".
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const us = (i: number, j: number) => ((Number(f[i]) + Number(f[j])) * 1e6) / 100; // USER_HZ 100
+  return {
+    name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
+    us: us(11, 12), // utime, stime (fields 14 and 15)
+    childrenUs: us(13, 14), // cutime, cstime: children waited for
+  };
+}
+
 /** CPU time (user + system) a process has used so far, in µs, from /proc/<pid>/stat. */
 export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
   const { readFile } = await import('node:fs/promises');
   try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name (which may contain spaces) start at ") ".
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const ticks = Number(f[11]) + Number(f[12]); // utime, stime (fields 14 and 15)
-    return (ticks * 1e6) / 100; // USER_HZ is 100 on Linux
+    return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8')).us;
   } catch {
     return undefined;
   }
 }
 
+/** Resident set size of a process in bytes (Linux /proc), undefined once it is gone. */
 export async function rssOf(pid: number): Promise<number | undefined> {
   const { readFile } = await import('node:fs/promises');
   try {

@@ -347,6 +347,16 @@ export function describeDeath(r: RoleProc): string {
 }
 
 /** Commands the Redis server has processed so far (INFO stats): deltas give Redis calls per delivery. */
+/** `INFO commandstats` as calls and µs per command name (Lua's inner calls under their own names). */
+export function commandStats(info: string): Map<string, { calls: number; usec: number }> {
+  const m = new Map<string, { calls: number; usec: number }>();
+  for (const line of info.split('\n')) {
+    const x = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line.trim());
+    if (x) m.set(x[1]!, { calls: Number(x[2]), usec: Number(x[3]) });
+  }
+  return m;
+}
+
 export async function redisCommands(c: SpillwayCluster): Promise<number> {
   const info = String(await c.redis.info('stats'));
   return Number(/total_commands_processed:(\d+)/.exec(info)?.[1] ?? Number.NaN);

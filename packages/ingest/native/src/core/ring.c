@@ -1167,24 +1167,8 @@ int spw_server_start(spw_server *s) {
   return port;
 }
 
-/* Writes the eventfd unless a wake-up is already on its way; `wake` 0 leaves the command queued
- * until the embedder's spw_server_wake (one eventfd write for a burst of answers, not one each:
- * each write wakes the ring thread, on a VM a cross-CPU interrupt). */
-static int push_cmd_wake(spw_server *s, cmd *m, int wake) {
-  pthread_mutex_lock(&s->mu);
-  if (s->cmd_tail) s->cmd_tail->next = m;
-  else s->cmd_head = m;
-  s->cmd_tail = m;
-  int write_now = wake && !s->wake_pending && s->wake_fd >= 0;
-  if (write_now) s->wake_pending = 1;
-  pthread_mutex_unlock(&s->mu);
-  uint64_t one = 1;
-  if (write_now && write(s->wake_fd, &one, sizeof one) < 0) return -errno;
-  return 0;
-}
-
-static int push_cmd(spw_server *s, cmd *m) { return push_cmd_wake(s, m, 1); }
-
+/* Wakes the ring thread for queued commands: writes the eventfd unless a wake-up is already on its
+ * way (or nothing is queued: the ring thread took the list meanwhile). */
 int spw_server_wake(spw_server *s) {
   pthread_mutex_lock(&s->mu);
   int write_now = s->cmd_head && !s->wake_pending && s->wake_fd >= 0;
@@ -1195,9 +1179,21 @@ int spw_server_wake(spw_server *s) {
   return 0;
 }
 
+/* Appends a command; `wake` 0 leaves it queued until the embedder's spw_server_wake (one eventfd
+ * write for a burst of answers, not one each: each write wakes the ring thread, on a VM a
+ * cross-CPU interrupt). */
+static int push_cmd_wake(spw_server *s, cmd *m, int wake) {
+  pthread_mutex_lock(&s->mu);
+  if (s->cmd_tail) s->cmd_tail->next = m;
+  else s->cmd_head = m;
+  s->cmd_tail = m;
+  pthread_mutex_unlock(&s->mu);
+  return wake ? spw_server_wake(s) : 0;
+}
+
 /* Queues a copy of `c` for the ring thread, which frees what it holds (data, routes) once done;
- * this frees them when the copy cannot be made. */
-static int send_cmd(spw_server *s, cmd c) {
+ * this frees them when the copy cannot be made. `wake` as for push_cmd_wake. */
+static int send_cmd_wake(spw_server *s, cmd c, int wake) {
   cmd *m = malloc(sizeof *m);
   if (!m) {
     free(c.data);
@@ -1205,8 +1201,10 @@ static int send_cmd(spw_server *s, cmd c) {
     return -ENOMEM;
   }
   *m = c;
-  return push_cmd(s, m);
+  return push_cmd_wake(s, m, wake);
 }
+
+static int send_cmd(spw_server *s, cmd c) { return send_cmd_wake(s, c, 1); }
 
 int spw_server_respond_wake(spw_server *s, double id, const char *data, size_t len, int close_conn, int wake) {
   char *copy = NULL;
@@ -1215,13 +1213,8 @@ int spw_server_respond_wake(spw_server *s, double id, const char *data, size_t l
     if (!copy) return -ENOMEM;
     memcpy(copy, data, len);
   }
-  cmd *m = malloc(sizeof *m);
-  if (!m) {
-    free(copy);
-    return -ENOMEM;
-  }
-  *m = (cmd){.type = CMD_RESPOND, .id = id, .close = close_conn, .data = copy, .len = len};
-  return push_cmd_wake(s, m, wake);
+  return send_cmd_wake(s, (cmd){.type = CMD_RESPOND, .id = id, .close = close_conn, .data = copy, .len = len},
+                       wake);
 }
 
 int spw_server_respond(spw_server *s, double id, const char *data, size_t len, int close_conn) {
