@@ -11,6 +11,11 @@
  * many claims and ids (a window in steady state: a benchmark's fresh prefix has only the current
  * slot, so its lookups read fewer buckets than production's). LUA_COST_CLAIM_PER / LUA_COST_ID_PER
  * set the target entries per bucket (default 128 / 256, what ingest and the intake pass).
+ * LUA_COST_ROOT replaces packages/ for the three scripts themselves (another tree's
+ * body-claim-1, dedup-reserve-1 and dedup-promote-1, e.g. an exported older commit's, with its
+ * `luaLibDir`), so two versions of the scripts alternate on the same machine state. Scripts that
+ * take membership filter bits (their header says so) get LUA_COST_FILTER_BITS (default 8, what
+ * ingest and the intake pass; 0 = no filters).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -31,12 +36,18 @@ const read = (p: string) =>
   readFileSync(p, 'utf8').replace(/^--@include (\S+\.lua)\s*$/gm, (_l, f: string) =>
     readFileSync(`${lib}/${f}`, 'utf8'),
   );
-const root = new URL('../../../packages/', import.meta.url).pathname;
+const root = process.env.LUA_COST_ROOT
+  ? `${process.env.LUA_COST_ROOT.replace(/\/$/, '')}/`
+  : new URL('../../../packages/', import.meta.url).pathname;
 const redis = new Redis(REDIS_URL);
 const load = async (p: string) => (await redis.script('LOAD', read(`${root}${p}`))) as string;
 const claim = await load('ingest/src/commands/body-claim-1.lua');
 const reserve = await load('router/src/commands/dedup-reserve-1.lua');
 const promote = await load('router/src/commands/dedup-promote-1.lua');
+/** The filter-bits argument, for scripts that take one (none for a tree from before filters). */
+const fbits = read(`${root}ingest/src/commands/body-claim-1.lua`).includes('filter bits per entry')
+  ? [Number(process.env.LUA_COST_FILTER_BITS ?? 8)]
+  : [];
 
 const tag = `lc-${randomBytes(3).toString('hex')}`;
 const bc = `${tag}:{t:acme}:bc`;
@@ -63,8 +74,8 @@ for (let k = back; k >= 1 && perSlot > 0; k--) {
       return [b.toString('hex', 0, 8), f.toString('hex', 0, 8), b.readUInt32BE(8)];
     });
     // back 0: the fill does not search the window, it only appends to slot - k.
-    await redis.evalsha(claim, 1, bc, ttl, slot - k, 0, claimPer, ...claimArgs);
-    await redis.evalsha(promote, 1, dd, ttl, slot - k, 0, idPer, 0, ...idArgs);
+    await redis.evalsha(claim, 1, bc, ttl, slot - k, 0, claimPer, ...fbits, ...claimArgs);
+    await redis.evalsha(promote, 1, dd, ttl, slot - k, 0, idPer, 0, ...fbits, ...idArgs);
   }
 }
 
@@ -89,13 +100,13 @@ for (let done = 0; done < total; done += B) {
     if (timing) spent[k] += t1 - t;
     t = await evalUs();
   };
-  await step('claim', () => redis.evalsha(claim, 1, bc, ttl, slot, back, claimPer, ...claimArgs));
+  await step('claim', () => redis.evalsha(claim, 1, bc, ttl, slot, back, claimPer, ...fbits, ...claimArgs));
   await step('reserve', () => redis.evalsha(reserve, 1, dd, 'p:x', 30_000, slot, back, ...idArgs));
-  await step('promote', () => redis.evalsha(promote, 1, dd, ttl, slot, back, idPer, 0, ...idArgs));
+  await step('promote', () => redis.evalsha(promote, 1, dd, ttl, slot, back, idPer, 0, ...fbits, ...idArgs));
   if (timing) measured += B;
 }
 console.log(
-  `lib ${lib}, per bucket ${claimPer}/${idPer}: ${perSlot > 0 ? `window filled (${perSlot} per earlier slot), ` : ''}${total} events in batches of ${B}; second half, µs per event (server, EVALSHA): ` +
+  `${process.env.LUA_COST_ROOT ? `scripts ${root}, ` : ''}lib ${lib}, per bucket ${claimPer}/${idPer}${fbits.length ? `, filter bits ${fbits[0]}` : ''}: ${perSlot > 0 ? `window filled (${perSlot} per earlier slot), ` : ''}${total} events in batches of ${B}; second half, µs per event (server, EVALSHA): ` +
     Object.entries(spent)
       .map(([k, v]) => `${k} ${(v / measured).toFixed(1)}`)
       .join(', ') +
