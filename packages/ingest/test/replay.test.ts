@@ -93,6 +93,49 @@ describe('body claims (createRedisReplayGuard)', () => {
     expect(await guard.claim(t, 's', body, late)).toBeUndefined();
   });
 
+  it('membership filters never lose a claim: claims of a slot written without filters, or added to a filtered slot by a guard without them, are still owned', async () => {
+    const t = tenant();
+    let now = Date.now();
+    // Small buckets: a few dozen claims span several epochs.
+    const plain = createRedisReplayGuard(redis, keys, WINDOW, {
+      now: () => now,
+      perBucket: 4,
+      filterBits: 0,
+    });
+    const filt = createRedisReplayGuard(redis, keys, WINDOW, { now: () => now, perBucket: 4 });
+    const fpOf = (i: string) => createHash('sha256').update(i).digest('hex').slice(0, 16);
+    const claimAll = (g: typeof plain, bodies: string[], ids: string[]) =>
+      Promise.all(bodies.map((b, i) => g.claim(t, 's', b, ids[i]!)));
+    const bodies = (n: number) => Array.from({ length: n }, () => sha(id()));
+    const ids = (n: number) => Array.from({ length: n }, id);
+    // A slot written before filters existed.
+    const oldBodies = bodies(50);
+    const oldIds = ids(50);
+    expect((await claimAll(plain, oldBodies, oldIds)).every((o) => o === undefined)).toBe(true);
+    // The next slot, filtered (the one before held more than a bucket's worth).
+    now += 60_000;
+    const { slot } = claimSlots(WINDOW, now);
+    const meta = `${keys.bodyClaim(t)}:${slot}:m`;
+    const newBodies = bodies(50);
+    const newIds = ids(50);
+    expect((await claimAll(filt, newBodies, newIds)).every((o) => o === undefined)).toBe(true);
+    const m = await redis.hgetall(meta);
+    expect(m.f).toBe('32');
+    expect(m.fn).toBe(m.n);
+    // A guard without filters adds claims to the filtered slot: its filters are no longer used.
+    const lateBodies = bodies(20);
+    const lateIds = ids(20);
+    expect((await claimAll(plain, lateBodies, lateIds)).every((o) => o === undefined)).toBe(true);
+    const m2 = await redis.hgetall(meta);
+    expect(Number(m2.n)).toBe(Number(m.n) + 20);
+    expect(m2.fn).toBe(m.fn);
+    // Strangers on every body are refused, with the owner's fingerprint; the owners pass.
+    const all = [...oldBodies, ...newBodies, ...lateBodies];
+    const owners = [...oldIds, ...newIds, ...lateIds];
+    expect(await claimAll(filt, all, ids(all.length))).toEqual(owners.map(fpOf));
+    expect((await claimAll(filt, all, owners)).every((o) => o === undefined)).toBe(true);
+  });
+
   it('two guards (two ingest processes, two connections) racing on one body: exactly one owner', async () => {
     const t = tenant();
     const a = createRedisReplayGuard(redis, keys, WINDOW);

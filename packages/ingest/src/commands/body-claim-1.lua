@@ -11,6 +11,7 @@
   ARGV[2] the current slot number
   ARGV[3] how many earlier slots the window covers
   ARGV[4] target entries per bucket
+  ARGV[5] filter bits per entry of a new slot's membership filters (0 = none; fingerprints.lua)
   ARGV    then three per claim: body fingerprint (16 hex), owner fingerprint (16 hex), bucket hash
           (unsigned 32-bit integer)
   returns one entry per claim, in order: 0 = ours (claimed now, or already ours: a redelivery), else
@@ -18,6 +19,7 @@
 ]]
 local base, ttl = KEYS[1], ARGV[1]
 local now, back, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local fbits = tonumber(ARGV[5]) > 0 and tonumber(ARGV[5]) or nil
 
 --@include fingerprints.lua
 
@@ -31,14 +33,19 @@ local function owner(fp, h)
   return e and string.sub(e, 9, 16)
 end
 
+-- The window's filters for every body of the call at once (one command per filtered epoch).
+local fps = {}
+for i = 6, #ARGV, 3 do fps[#fps + 1] = bin(ARGV[i]) end
+probe(base, now, back, fps)
+
 -- Claims made by this call (its appends land at the end, where owner() does not look).
 local claimed = {}
 local out = {}
-for i = 5, #ARGV, 3 do
-  local fp, mine, h = bin(ARGV[i]), bin(ARGV[i + 1]), tonumber(ARGV[i + 2])
+for i = 6, #ARGV, 3 do
+  local fp, mine, h = fps[(i - 3) / 3], bin(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local o = claimed[fp] or owner(fp, h)
   if not o then
-    append_buffered(base, now, fp .. mine, h, per)
+    append_buffered(base, now, fp .. mine, h, per, fbits)
     claimed[fp] = mine
     out[#out + 1] = 0
   elseif o == mine then

@@ -18,6 +18,11 @@ local now, back = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 --@include fingerprints.lua
 
+-- The window's filters for every id of the call at once (one command per filtered epoch).
+local fps = {}
+for i = 5, #ARGV, 2 do fps[#fps + 1] = bin(ARGV[i]) end
+probe(base, now, back, fps)
+
 local out = {}
 for i = 5, #ARGV, 2 do
   local hex, h = ARGV[i], tonumber(ARGV[i + 1])
@@ -25,7 +30,7 @@ for i = 5, #ARGV, 2 do
   local cur = redis.call('GET', pk)
   if cur then
     out[#out + 1] = cur
-  elseif seen(base, now, back, bin(hex), h) then
+  elseif seen(base, now, back, fps[(i - 3) / 2], h) then
     out[#out + 1] = 'd'
   else
     local old = redis.call('SET', pk, marker, 'PX', ttl, 'NX', 'GET')

@@ -17,7 +17,13 @@ import type { Queue } from 'bullmq';
 import { type PipeCommands, type RouterCommands, withCommands } from '../commands/index.ts';
 import { intakeBatchEvents, intakeBatchesTotal, intakeCommitSeconds, intakeEventsTotal } from '../metrics.ts';
 import { ORDER_EVENT_TTL_MS, ORDER_TTL_MS } from '../ordering/store.ts';
-import { DEDUP_PER_BUCKET, dedupSlots, type Fingerprint, fingerprint } from '../records/fingerprints.ts';
+import {
+  DEDUP_PER_BUCKET,
+  dedupSlots,
+  FILTER_BITS,
+  type Fingerprint,
+  fingerprint,
+} from '../records/fingerprints.ts';
 import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
@@ -408,6 +414,7 @@ export async function promoteDedup(
         back,
         DEDUP_PER_BUCKET,
         check ? 1 : 0,
+        FILTER_BITS,
         ...evs.flatMap((e) => [e.fp.dedup, e.fp.bucket]),
       );
       const keyed = evs.flatMap((e) =>

@@ -26,6 +26,12 @@ export function fingerprint(eventId: string): Fingerprint {
 
 /** Target entries per dedup bucket (8 bytes each: ~2 KiB strings, searched per reserve). */
 export const DEDUP_PER_BUCKET = 256;
+/**
+ * Membership filter bits per entry a new dedup slot's buckets are sized for (docs/storage.md,
+ * "Membership filters"): 8 bits and two probes, so a lookup reads a slot's bucket for an id that is
+ * not there with odds of ~1-5 % instead of always; ~1-2 B per id. Body claims use the same.
+ */
+export const FILTER_BITS = 8;
 /** Target entries per event-id index bucket (3 bytes each: ~1.5 KiB strings, read only by lookups). */
 export const INDEX_PER_BUCKET = 512;
 /** The event-id index's slots are hours (its entries carry the minute of the hour). */
