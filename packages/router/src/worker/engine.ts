@@ -210,6 +210,11 @@ export class Engine {
     return new Promise<void>((resolve) => this.#roomWaiters.push({ n, resolve }));
   }
 
+  /** Whether room(n) would resolve at once (nobody waits before it and `n` more tasks fit now). */
+  hasRoom(n: number): boolean {
+    return this.#roomWaiters.length === 0 && this.#fits(n);
+  }
+
   /** Whether `n` more tasks fit now (one job is always let in when nothing is held). */
   #fits(n: number): boolean {
     return (

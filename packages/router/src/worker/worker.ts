@@ -20,6 +20,7 @@ import { SpillProducer } from '../spill/producer.ts';
 import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
 import { Engine } from './engine.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
+import { parkedUntil } from './park.ts';
 import { Settler } from './settle.ts';
 
 /*
@@ -186,14 +187,13 @@ export async function createWorker(
   });
 
   const processIntake = async (job: Job<IntakeJobData>) => {
-    const events = job.data.events;
     // Backpressure: a job is taken apart only while this worker has room for its tasks, so intake
     // work is claimed about as fast as it is delivered (see Engine#room), and only while its event
     // log keeps up (HistoryWriter#room: the records waiting for a send stay bounded).
     // The reservation counts events; fan-out may make more tasks of them, which the next claims see.
-    await history.room();
-    await engine.room(events.length);
-    let reserved = events.length;
+    const n = job.data.events.length;
+    const { events } = await parkedUntil(rt.redis, engine, job, history.room(), n);
+    let reserved = n;
     try {
       const tasks: DeliveryTask[] = [];
       const seen: SeenId[] = [];
@@ -249,9 +249,9 @@ export async function createWorker(
   };
 
   const processRetry = async (job: Job<RetryJobData>) => {
-    const tasks = job.data.tasks.map(taskFromWire);
-    await engine.room(tasks.length);
-    await engine.hold(tasks, tasks.length);
+    const n = job.data.tasks.length;
+    const tasks = (await parkedUntil(rt.redis, engine, job, undefined, n)).tasks.map(taskFromWire);
+    await engine.hold(tasks, n);
     // The job lets go of its tasks (they were delivered, spilled, re-scheduled or dead-lettered).
     const perTenant = new Map<string, number>();
     for (const t of tasks) perTenant.set(t.tenantId, (perTenant.get(t.tenantId) ?? 0) + 1);
