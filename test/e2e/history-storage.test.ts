@@ -190,4 +190,47 @@ describe('storage: every Redis key expires or is owned; history is bounded by ti
     } while (cursor);
     expect(attempts.sort()).toEqual(Array.from({ length: N }, (_, i) => `p${i}`).sort());
   });
+
+  it("records past a pack's byte cap go on in further messages of the same flush; every one is listed, large bodies whole", async () => {
+    const s = await routerHarness(cleanup);
+    const t = await makeTenant(s.store);
+    const w = await s.worker();
+    const topic = historyTopics(s.rt.config).events;
+    const admin = s.rt.kafka.admin();
+    await admin.connect();
+    cleanup.push(() => admin.disconnect());
+    const offsets = async () =>
+      new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, BigInt(p.high)]));
+    const before = await offsets();
+    // 8 bodies of 100 KiB (about 1.1 MB of records, base64 in JSON) and a small one, in one flush.
+    const big = Array.from({ length: 8 }, (_, i) => ({
+      ...makeEvent(t.id, `big-${i}`),
+      body: Buffer.alloc(100 * 1024, 0x61 + i),
+    }));
+    for (const ev of big) w.history.event(ev, ['ep-x']);
+    w.history.event(makeEvent(t.id, 'small'), ['ep-x']);
+    await w.history.flush();
+    // More than one message (a pack closes past its cap), far fewer than one per record; each
+    // message a JSON array of whole records, every body as it was logged.
+    const { KafkaRangeReader, unpackRecords } = await import('@spillway/router/testing');
+    const reader = new KafkaRangeReader(s.rt.kafka);
+    cleanup.push(() => reader.close());
+    let messages = 0;
+    const bodies = new Map<string, string>();
+    for (const [partition, high] of await offsets()) {
+      const from = before.get(partition) ?? 0n;
+      if (high > from)
+        await reader.read(topic, partition, from, high - 1n, (r) => {
+          if (r.key !== t.id) return;
+          messages++;
+          for (const rec of unpackRecords<{ i: string; b: string }>(r.value)) bodies.set(rec.i, rec.b);
+        });
+    }
+    expect(messages).toBeGreaterThan(1);
+    expect(messages).toBeLessThan(9);
+    for (const ev of big) expect(bodies.get(ev.id)).toBe(ev.body.toString('base64'));
+    expect(bodies.has('small')).toBe(true);
+    const page = await s.services.history.listEvents(t.id, { limit: 50 });
+    expect(page.data.map((e) => e.id).sort()).toEqual([...big.map((e) => e.id), 'small'].sort());
+  });
 });

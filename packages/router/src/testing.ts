@@ -6,6 +6,7 @@ export { SnapshotHub } from './admin/console/hub.ts';
 export { utcDay } from './admin/quota.ts';
 export { KafkaRangeReader } from './history/kafka-range.ts';
 export { HistoryReader } from './history/reader.ts';
+export { unpackRecords } from './history/wire.ts';
 export { ensureHistoryTopics, historyTopics } from './history/topics.ts';
 export { HistoryWriter, MAX_BUFFERED_EVENT_BYTES } from './history/writer.ts';
 export { ordStepArgs } from './ordering/store.ts';

@@ -1,6 +1,6 @@
 import {
+  BatchedWriter,
   type Keys,
-  ListWriter,
   type Logger,
   type RedisClient,
   retryDelayMs,
@@ -45,9 +45,22 @@ export const OPERATION_TTL_MS = 24 * 3_600_000;
 /** A produce that keeps failing is given up after this many tries (the records are counted dropped). */
 const SEND_TRIES = 6;
 
+/** Bytes of one pack's value at most: past it the pack is closed and the next record starts another. */
+const MAX_PACK_BYTES = 256 * 1024;
+
+/** Per endpoint, over a run of attempts in order: a delivery ended its failure run (reset), and when failures began after the last one. */
+interface Health {
+  reset: boolean;
+  since: number | undefined;
+}
+
 /**
  * A tenant's records of one kind and one minute in one flush: ONE Kafka message, so one offset for
- * all of them (-1 until the send is acknowledged).
+ * all of them (-1 until the send is acknowledged). Each record is written into the pack's buffer as
+ * it arrives (a JSON array, docs/storage.md): nothing of it stays in the JS heap but what its
+ * Redis index needs, so records waiting for a flush are neither scanned nor copied by V8's
+ * scavenges (a record object with its body's base64 string, kept for a flush and its send, was
+ * a fifth of a delivery's CPU at 1 endpoint/event: docs/benchmarks/profile.md).
  */
 interface Pack {
   kind: 'e' | 'a';
@@ -55,34 +68,33 @@ interface Pack {
   /** Minutes since the epoch. */
   minute: number;
   partition: number;
-  /** The message's index among this send's messages to (kind, partition). */
+  /** The message's index among its send's messages to (kind, partition); set when the send starts. */
   k: number;
-  items: Item[];
+  /** The value: `[rec,rec,...` up to `len`; the closing bracket is written when the send starts. */
+  buf: Buffer;
+  len: number;
+  records: number;
+  /** When its first record was logged (the message's timestamp). */
+  at: number;
+  /** Events: each record's fingerprint (index, bucket), for the event-id index. */
+  ids: (string | number)[];
+  /** Attempts that are indexed beyond their endpoint's health (failed, retrying, later, resent). */
+  indexed: AttemptRecord[];
+  /** Attempts: per endpoint, the health of this pack's attempts in order. */
+  health: Map<string, Health> | undefined;
   offset: bigint;
 }
 
-/** A record waiting for the next flush; it is serialized only when its send starts. */
-type Item =
-  | { kind: 'e'; tenantId: string; rec: EventRecord; fp?: Fingerprint; value?: string; bytes: number }
-  | { kind: 'a'; tenantId: string; rec: AttemptRecord; value?: string };
+/** A flush's records: the packs in the order they were opened. */
+interface Batch {
+  packs: Pack[];
+  /** The open pack of each `kind \0 tenant \0 minute`. */
+  open: Map<string, Pack>;
+  records: number;
+}
 
-/**
- * A pack's message value: its records' JSON as one JSON array, written straight into one Buffer.
- * Handing kafkajs a joined string cost more than the rest of the send: the join is a rope that its
- * encoder's two `Buffer.byteLength` calls flatten and scan before it is copied again.
- */
-function packValue(items: readonly Item[]): Buffer {
-  if (items.length === 1) return Buffer.from(items[0]!.value!);
-  let bytes = items.length + 1; // brackets and commas
-  for (const it of items) bytes += Buffer.byteLength(it.value!);
-  const buf = Buffer.allocUnsafe(bytes);
-  let at = 0;
-  for (let i = 0; i < items.length; i++) {
-    buf[at++] = i === 0 ? 0x5b : 0x2c; // '[' before the first, ',' between
-    at += buf.write(items[i]!.value!, at);
-  }
-  buf[at] = 0x5d; // ']'
-  return buf;
+function newBatch(): Batch {
+  return { packs: [], open: new Map(), records: 0 };
 }
 
 export interface HistoryWriterOptions {
@@ -117,18 +129,25 @@ export class HistoryWriter {
   readonly #o: HistoryWriterOptions;
   readonly #redis: ReturnType<typeof withCommands>;
   readonly #producer: ReturnType<typeof lazyProducer>;
+  /** Records buffered or being sent. */
   #buffered = 0;
-  /** Estimated bytes of the event records buffered (Item.bytes). */
+  /** Bytes of event packs buffered or being sent. */
   #eventBytes = 0;
   /** Callers of room() waiting for #eventBytes to fall under MAX_BUFFERED_EVENT_BYTES. */
   #roomWaiters: (() => void)[] = [];
   #closed = false;
-  readonly #writer = new ListWriter<Item>({
+  #batch = newBatch();
+  readonly #writer = new BatchedWriter<Batch>({
     flushMs: FLUSH_MS,
-    maxItems: MAX_BATCH,
     serial: true,
     spacingMs: SPACING_MS,
-    write: (items) => this.#write(items),
+    take: () => {
+      const b = this.#batch;
+      if (b.records === 0) return undefined;
+      this.#batch = newBatch();
+      return b;
+    },
+    write: (b) => this.#write(b),
   });
 
   constructor(opts: HistoryWriterOptions) {
@@ -142,12 +161,18 @@ export class HistoryWriter {
    * `fp`: the id's fingerprint when the caller has it (the worker computed it for dedup).
    */
   event(ev: SpillwayEvent, endpointIds: readonly string[], fp?: Fingerprint): void {
-    const rec: EventRecord = { ...eventToWire(ev), p: [...endpointIds], at: Date.now() };
-    // The record's JSON: the base64 body plus about 200 bytes of ids, type and endpoint list.
-    const bytes = rec.b.length + 200 + 40 * endpointIds.length;
-    const item: Item = { kind: 'e', tenantId: ev.tenantId, rec, bytes };
-    if (fp) item.fp = fp;
-    if (this.#add(item)) this.#eventBytes += bytes;
+    if (!this.#admit()) return;
+    const at = Date.now();
+    const rec = eventToWire(ev) as EventRecord;
+    rec.p = endpointIds as string[];
+    rec.at = at;
+    const g = this.#pack('e', ev.tenantId, at);
+    const before = g.len;
+    this.#append(g, JSON.stringify(rec), at);
+    this.#eventBytes += g.len - before;
+    const f = fp ?? fingerprint(ev.id);
+    g.ids.push(f.index, f.bucket);
+    this.#added();
   }
 
   /**
@@ -168,36 +193,102 @@ export class HistoryWriter {
 
   /** One attempt that ended (or a dead letter without one: `endpoint_disabled`). */
   attempt(rec: AttemptRecord): void {
-    this.#add({ kind: 'a', tenantId: rec.t, rec });
+    if (!this.#admit()) return;
+    const g = this.#pack('a', rec.t, rec.at);
+    this.#append(g, JSON.stringify(rec), rec.at);
+    // Endpoint health: when the current run of failures began; any delivery ends it.
+    g.health ??= new Map();
+    let h = g.health.get(rec.p);
+    if (!h) {
+      h = { reset: false, since: undefined };
+      g.health.set(rec.p, h);
+    }
+    if (rec.o === 'delivered') {
+      h.reset = true;
+      h.since = undefined;
+    } else h.since ??= rec.at;
+    if (rec.o !== 'delivered' || rec.n > 1 || rec.rs || rec.lt) g.indexed.push(rec);
+    this.#added();
   }
 
-  /** Whether the item was buffered (false: dropped and counted). */
-  #add(item: Item): boolean {
+  /** Whether another record may be buffered (false: dropped and counted). */
+  #admit(): boolean {
     if (this.#closed || this.#buffered >= MAX_BUFFERED) {
       historyDroppedTotal.inc();
       return false;
     }
-    this.#buffered++;
-    this.#writer.add(item);
     return true;
   }
 
-  async #write(items: Item[]): Promise<void> {
+  #added(): void {
+    this.#buffered++;
+    const b = this.#batch;
+    b.records++;
+    if (this.#writer.busy) return; // the running loop takes it with its next write
+    if (b.records >= MAX_BATCH) void this.#writer.flush();
+    else this.#writer.schedule();
+  }
+
+  /** The open pack of (kind, tenant, minute of `at`) in this flush, opened if there is none. */
+  #pack(kind: 'e' | 'a', tenantId: string, at: number): Pack {
+    const minute = Math.floor(at / 60_000);
+    const b = this.#batch;
+    const key = `${kind}\u0000${tenantId}\u0000${minute}`;
+    let g = b.open.get(key);
+    if (!g || g.len >= MAX_PACK_BYTES) {
+      const { partitions } = this.#o;
+      g = {
+        kind,
+        tenantId,
+        minute,
+        partition: historyPartition(tenantId, kind === 'e' ? partitions.events : partitions.attempts),
+        k: 0,
+        buf: Buffer.allocUnsafe(1024),
+        len: 0,
+        records: 0,
+        at,
+        ids: [],
+        indexed: [],
+        health: undefined,
+        offset: -1n,
+      };
+      b.open.set(key, g);
+      b.packs.push(g);
+    }
+    return g;
+  }
+
+  /** Writes one record's JSON into its pack (after `[` or `,`), growing the buffer as needed. */
+  #append(g: Pack, json: string, at: number): void {
+    // A small record is sized at 3 bytes per UTF-16 unit (the most UTF-8 takes) instead of
+    // scanning it; a large one (a body of up to 1 MiB) exactly. Plus the separator and the bracket.
+    const need = g.len + (json.length > 16_384 ? Buffer.byteLength(json) : json.length * 3) + 2;
+    if (need > g.buf.length) {
+      const grown = Buffer.allocUnsafe(Math.max(need, g.buf.length * 2));
+      g.buf.copy(grown, 0, 0, g.len);
+      g.buf = grown;
+    }
+    g.buf[g.len++] = g.records === 0 ? 0x5b : 0x2c; // '[' before the first, ',' between
+    g.len += g.buf.write(json, g.len);
+    if (g.records === 0) g.at = at;
+    g.records++;
+  }
+
+  async #write(b: Batch): Promise<void> {
     try {
-      for (let i = 0; i < items.length; ) {
+      for (let i = 0; i < b.packs.length; ) {
         let bytes = 0;
         const start = i;
-        for (; i < items.length; i++) {
-          const it = items[i]!;
-          it.value ??= JSON.stringify(it.rec);
-          if (i > start && bytes + it.value.length > MAX_SEND_BYTES) break;
-          bytes += it.value.length;
+        for (; i < b.packs.length; i++) {
+          const g = b.packs[i]!;
+          if (i > start && bytes + g.len > MAX_SEND_BYTES) break;
+          bytes += g.len;
         }
-        await this.#send(items.slice(start, i));
+        await this.#send(b.packs.slice(start, i));
       }
     } finally {
-      this.#buffered -= items.length;
-      for (const it of items) if (it.kind === 'e') this.#eventBytes -= it.bytes;
+      this.#buffered -= b.records;
+      for (const g of b.packs) if (g.kind === 'e') this.#eventBytes -= g.len;
       this.#wakeRoom();
     }
   }
@@ -208,38 +299,25 @@ export class HistoryWriter {
    * encodes a record's framing, headers and varints per message, so at 1 endpoint/event two
    * messages per delivery were a fifth of the worker's CPU (docs/benchmarks/profile.md).
    */
-  async #send(items: Item[]): Promise<void> {
-    const { topics, partitions } = this.#o;
-    /** Messages per (kind, partition) so far: a new pack's index among them. */
+  async #send(packs: Pack[]): Promise<void> {
+    const { topics } = this.#o;
+    /** Messages per (kind, partition) so far: a pack's index among them. */
     const counts = new Map<string, number>();
-    const packs = new Map<string, Pack>();
-    const records = { e: 0, a: 0 };
-    for (const it of items) {
-      records[it.kind]++;
-      const minute = Math.floor(it.rec.at / 60_000);
-      const gk = `${it.kind}\u0000${it.tenantId}\u0000${minute}`;
-      let g = packs.get(gk);
-      if (!g) {
-        const partition = historyPartition(
-          it.tenantId,
-          it.kind === 'e' ? partitions.events : partitions.attempts,
-        );
-        const ck = `${it.kind}:${partition}`;
-        const k = counts.get(ck) ?? 0;
-        counts.set(ck, k + 1);
-        g = { kind: it.kind, tenantId: it.tenantId, minute, partition, k, items: [], offset: -1n };
-        packs.set(gk, g);
-      }
-      g.items.push(it);
-    }
     const byTopic = { e: [] as Message[], a: [] as Message[] };
-    for (const g of packs.values())
+    const records = { e: 0, a: 0 };
+    for (const g of packs) {
+      const ck = `${g.kind}:${g.partition}`;
+      g.k = counts.get(ck) ?? 0;
+      counts.set(ck, g.k + 1);
+      records[g.kind] += g.records;
+      g.buf[g.len] = 0x5d; // ']' (#append left room for it)
       byTopic[g.kind].push({
         key: g.tenantId,
-        value: packValue(g.items),
+        value: g.buf.subarray(0, g.len + 1),
         partition: g.partition,
-        timestamp: String(g.items[0]!.rec.at),
+        timestamp: String(g.at),
       });
+    }
     const topicMessages = [
       ...(byTopic.e.length ? [{ topic: topics.events, messages: byTopic.e }] : []),
       ...(byTopic.a.length ? [{ topic: topics.attempts, messages: byTopic.a }] : []),
@@ -251,9 +329,9 @@ export class HistoryWriter {
         meta = await producer.sendBatch({ acks: -1, topicMessages });
       } catch (err) {
         if (n >= SEND_TRIES || this.#closed) {
-          historyDroppedTotal.inc(items.length);
+          historyDroppedTotal.inc(records.e + records.a);
           this.#o.logger.warn(
-            { err, records: items.length },
+            { err, records: records.e + records.a },
             'history records dropped: Kafka did not take them',
           );
           return;
@@ -270,7 +348,7 @@ export class HistoryWriter {
       base.set(`${m.topicName === topics.events ? 'e' : 'a'}:${m.partition}`, BigInt(m.baseOffset ?? '-1'));
     // Every record of a pack is in one message: one offset for all of them.
     const placed: Pack[] = [];
-    for (const g of packs.values()) {
+    for (const g of packs) {
       const b = base.get(`${g.kind}:${g.partition}`) ?? -1n;
       if (b < 0n) continue;
       g.offset = b + BigInt(g.k);
@@ -297,7 +375,7 @@ export class HistoryWriter {
         const ranges = new Map<string, { first: bigint; last: bigint; count: number }>();
         const ids: (string | number)[] = [];
         /** Per endpoint: a delivery here ended its run (reset), and when failures began after it. */
-        const health = new Map<string, { reset: boolean; since: number | undefined }>();
+        const health = new Map<string, Health>();
         const zsets = new Map<string, [number, string][]>();
         /** `<event> <endpoint>` → when it failed for good, or undefined: it answered since. */
         const failedNow = new Map<string, number | undefined>();
@@ -311,26 +389,25 @@ export class HistoryWriter {
           const minute = g.minute % 60;
           const rk = `${g.kind}\u0000${hour}\u0000${minute}\u0000${g.partition}`;
           const r = ranges.get(rk);
-          if (!r) ranges.set(rk, { first: g.offset, last: g.offset, count: g.items.length });
+          if (!r) ranges.set(rk, { first: g.offset, last: g.offset, count: g.records });
           else {
             if (g.offset < r.first) r.first = g.offset;
             if (g.offset > r.last) r.last = g.offset;
-            r.count += g.items.length;
+            r.count += g.records;
           }
-          for (const it of g.items) {
-            if (it.kind === 'e') {
-              const fp = it.fp ?? fingerprint(it.rec.i);
-              ids.push(hour, minute, fp.index, fp.bucket);
-              continue;
+          for (let i = 0; i < g.ids.length; i += 2) ids.push(hour, minute, g.ids[i]!, g.ids[i + 1]!);
+          // The pack's health follows the tenant's earlier packs (they are in the order they were
+          // opened): a delivery in it ends the run, else its first failure may begin one.
+          if (g.health)
+            for (const [ep, ph] of g.health) {
+              const hs = health.get(ep);
+              if (!hs) health.set(ep, { ...ph });
+              else if (ph.reset) {
+                hs.reset = true;
+                hs.since = ph.since;
+              } else hs.since ??= ph.since;
             }
-            const a = it.rec;
-            // Endpoint health: when the current run of failures began; any delivery ends it.
-            const hs = health.get(a.p) ?? { reset: false, since: undefined };
-            health.set(a.p, hs);
-            if (a.o === 'delivered') {
-              hs.reset = true;
-              hs.since = undefined;
-            } else hs.since ??= a.at;
+          for (const a of g.indexed) {
             if (a.o !== 'delivered') zadd(keys.failedAttempts(tenantId, a.p), a.at, attemptMember(a));
             else if (a.n > 1 || a.rs || a.lt) zadd(keys.laterAttempts(tenantId, a.p), a.at, attemptMember(a));
             // The tenant's failed deliveries (event, endpoint) — until one answers after all.
@@ -388,7 +465,7 @@ export class HistoryWriter {
     const err = firstError(res);
     if (err)
       this.#o.logger.warn(
-        { err, records: packs.reduce((n, g) => n + g.items.length, 0) },
+        { err, records: packs.reduce((n, g) => n + g.records, 0) },
         'history index write failed',
       );
     // Endpoints still failing whose run began longer ago than SPILLWAY_ENDPOINT_DISABLE_AFTER.
