@@ -30,17 +30,17 @@ export interface ReplayGuardOptions {
   now?: () => number;
   /** Target claims per bucket (16 bytes each). Default 128: ~2 KiB strings, searched per claim. */
   perBucket?: number;
-  /** Filter bits per claim of a new slot (0: no filters). Default CLAIM_FILTER_BITS. */
-  filterBits?: number;
+  /** Window-mask words per claim for a new slot (0: no mask). Default CLAIM_MASK_WORDS. */
+  maskWords?: number;
 }
 
 /** Target claims per bucket: 128 × 16 B ≈ 2 KiB, the size of an id dedup bucket (256 × 8 B). */
 export const CLAIMS_PER_BUCKET = 128;
 /**
- * Membership filter bits per claim a new slot's buckets are sized for, as the id dedup's
- * (docs/storage.md, "Membership filters"): a lookup reads a slot's bucket only on a filter hit.
+ * Window-mask words per claim of the slot before, for a new slot, as the id dedup's (docs/storage.md,
+ * "Window masks"): a lookup reads a slot's bucket only when the mask has the slot's bit.
  */
-export const CLAIM_FILTER_BITS = 8;
+export const CLAIM_MASK_WORDS = 8;
 
 /**
  * The slots of a window, as the id dedup's (router records/fingerprints.ts `dedupSlots`): about 24
@@ -87,7 +87,7 @@ export function createRedisReplayGuard(
   const r = defineCommands<ClaimCommands>(redis, new URL('./commands/', import.meta.url), ['body-claim-1']);
   const now = opts.now ?? Date.now;
   const per = opts.perBucket ?? CLAIMS_PER_BUCKET;
-  const fbits = opts.filterBits ?? CLAIM_FILTER_BITS;
+  const maskWords = opts.maskWords ?? CLAIM_MASK_WORDS;
   let queued = new Map<string, Pending[]>();
   let scheduled = false;
 
@@ -97,7 +97,7 @@ export function createRedisReplayGuard(
     queued = new Map();
     const { slot, back, ttlMs } = claimSlots(windowMs, now());
     for (const [tenantId, claims] of batch) {
-      const argv: (string | number)[] = [ttlMs, slot, back, per, fbits];
+      const argv: (string | number)[] = [ttlMs, slot, back, per, maskWords];
       for (const c of claims) argv.push(...c.args);
       r.bodyClaim(keys.bodyClaim(tenantId), ...argv).then(
         (owners) => {

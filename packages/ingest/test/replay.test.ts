@@ -93,14 +93,14 @@ describe('body claims (createRedisReplayGuard)', () => {
     expect(await guard.claim(t, 's', body, late)).toBeUndefined();
   });
 
-  it('membership filters never lose a claim: claims of a slot written without filters, or added to a filtered slot by a guard without them, are still owned', async () => {
+  it('window masks never lose a claim: claims of a slot written without a mask, or added to a masked slot by a guard without one, are still owned', async () => {
     const t = tenant();
     let now = Date.now();
     // Small buckets: a few dozen claims span several epochs.
     const plain = createRedisReplayGuard(redis, keys, WINDOW, {
       now: () => now,
       perBucket: 4,
-      filterBits: 0,
+      maskWords: 0,
     });
     const filt = createRedisReplayGuard(redis, keys, WINDOW, { now: () => now, perBucket: 4 });
     const fpOf = (i: string) => createHash('sha256').update(i).digest('hex').slice(0, 16);
@@ -108,11 +108,11 @@ describe('body claims (createRedisReplayGuard)', () => {
       Promise.all(bodies.map((b, i) => g.claim(t, 's', b, ids[i]!)));
     const bodies = (n: number) => Array.from({ length: n }, () => sha(id()));
     const ids = (n: number) => Array.from({ length: n }, id);
-    // A slot written before filters existed.
+    // A slot written before masks existed.
     const oldBodies = bodies(50);
     const oldIds = ids(50);
     expect((await claimAll(plain, oldBodies, oldIds)).every((o) => o === undefined)).toBe(true);
-    // The next slot, filtered (the one before held more than a bucket's worth).
+    // The next slot, in a window mask.
     now += 60_000;
     const { slot } = claimSlots(WINDOW, now);
     const meta = `${keys.bodyClaim(t)}:${slot}:m`;
@@ -120,9 +120,9 @@ describe('body claims (createRedisReplayGuard)', () => {
     const newIds = ids(50);
     expect((await claimAll(filt, newBodies, newIds)).every((o) => o === undefined)).toBe(true);
     const m = await redis.hgetall(meta);
-    expect(m.f).toBe('32');
+    expect(m.w).toMatch(/^\d+:\d+$/);
     expect(m.fn).toBe(m.n);
-    // A guard without filters adds claims to the filtered slot: its filters are no longer used.
+    // A guard without masks adds claims to the masked slot: its mask bit is no longer used.
     const lateBodies = bodies(20);
     const lateIds = ids(20);
     expect((await claimAll(plain, lateBodies, lateIds)).every((o) => o === undefined)).toBe(true);

@@ -11,11 +11,13 @@
  * many claims and ids (a window in steady state: a benchmark's fresh prefix has only the current
  * slot, so its lookups read fewer buckets than production's). LUA_COST_CLAIM_PER / LUA_COST_ID_PER
  * set the target entries per bucket (default 128 / 256, what ingest and the intake pass).
+ * LUA_COST_LEAD=1 fills one more slot, just before the window: the oldest slot of the window is then
+ * sized from a full slot like the rest (a tenant past its first day), not grown from empty.
  * LUA_COST_ROOT replaces packages/ for the three scripts themselves (another tree's
  * body-claim-1, dedup-reserve-1 and dedup-promote-1, e.g. an exported older commit's, with its
  * `luaLibDir`), so two versions of the scripts alternate on the same machine state. Scripts that
- * take membership filter bits (their header says so) get LUA_COST_FILTER_BITS (default 8, what
- * ingest and the intake pass; 0 = no filters).
+ * take window-mask words (their header says so) get LUA_COST_MASK_WORDS (default 8, what ingest and
+ * the intake pass; 0 = no mask).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -44,9 +46,9 @@ const load = async (p: string) => (await redis.script('LOAD', read(`${root}${p}`
 const claim = await load('ingest/src/commands/body-claim-1.lua');
 const reserve = await load('router/src/commands/dedup-reserve-1.lua');
 const promote = await load('router/src/commands/dedup-promote-1.lua');
-/** The filter-bits argument, for scripts that take one (none for a tree from before filters). */
-const fbits = read(`${root}ingest/src/commands/body-claim-1.lua`).includes('filter bits per entry')
-  ? [Number(process.env.LUA_COST_FILTER_BITS ?? 8)]
+/** The mask-words argument, for scripts that take one (none for a tree from before masks). */
+const fbits = read(`${root}ingest/src/commands/body-claim-1.lua`).includes('ARGV[5]')
+  ? [Number(process.env.LUA_COST_MASK_WORDS ?? 8)]
   : [];
 
 const tag = `lc-${randomBytes(3).toString('hex')}`;
@@ -65,7 +67,8 @@ async function evalUs(): Promise<number> {
 // through the same scripts, with their slot number as the current one).
 const fillHex = (s: string) => createHash('sha256').update(s).digest();
 // Oldest first, as time fills them: a slot's first epoch is sized from the slot before it.
-for (let k = back; k >= 1 && perSlot > 0; k--) {
+const lead = process.env.LUA_COST_LEAD === '1' ? 1 : 0;
+for (let k = back + lead; k >= 1 && perSlot > 0; k--) {
   for (let done = 0; done < perSlot; done += 200) {
     const fps = Array.from({ length: 200 }, (_, i) => fillHex(`${tag}-fill-${k}-${done + i}`));
     const idArgs = fps.flatMap((f) => [f.toString('hex', 0, 8), f.readUInt32BE(8)]);
@@ -106,7 +109,7 @@ for (let done = 0; done < total; done += B) {
   if (timing) measured += B;
 }
 console.log(
-  `${process.env.LUA_COST_ROOT ? `scripts ${root}, ` : ''}lib ${lib}, per bucket ${claimPer}/${idPer}${fbits.length ? `, filter bits ${fbits[0]}` : ''}: ${perSlot > 0 ? `window filled (${perSlot} per earlier slot), ` : ''}${total} events in batches of ${B}; second half, µs per event (server, EVALSHA): ` +
+  `${process.env.LUA_COST_ROOT ? `scripts ${root}, ` : ''}lib ${lib}, per bucket ${claimPer}/${idPer}${fbits.length ? `, mask words ${fbits[0]}` : ''}: ${perSlot > 0 ? `window filled (${perSlot} per earlier slot${lead ? ', one more before it' : ''}), ` : ''}${total} events in batches of ${B}; second half, µs per event (server, EVALSHA): ` +
     Object.entries(spent)
       .map(([k, v]) => `${k} ${(v / measured).toFixed(1)}`)
       .join(', ') +

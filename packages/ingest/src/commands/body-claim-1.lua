@@ -11,7 +11,7 @@
   ARGV[2] the current slot number
   ARGV[3] how many earlier slots the window covers
   ARGV[4] target entries per bucket
-  ARGV[5] filter bits per entry of a new slot's membership filters (0 = none; fingerprints.lua)
+  ARGV[5] window-mask words per entry of the slot before, for a new slot (0 = no mask; fingerprints.lua)
   ARGV    then three per claim: body fingerprint (16 hex), owner fingerprint (16 hex), bucket hash
           (unsigned 32-bit integer)
   returns one entry per claim, in order: 0 = ours (claimed now, or already ours: a redelivery), else
@@ -33,7 +33,7 @@ local function owner(fp, h)
   return e and string.sub(e, 9, 16)
 end
 
--- The window's filters for every body of the call at once (one command per filtered epoch).
+-- The window masks for every body of the call at once (one command per mask table).
 local fps = {}
 for i = 6, #ARGV, 3 do fps[#fps + 1] = bin(ARGV[i]) end
 probe(base, now, back, fps)

@@ -10,7 +10,7 @@
   ARGV[3] how many earlier slots the window covers
   ARGV[4] target entries per bucket
   ARGV[5] 1 = check before appending, 0 = the caller reserved these ids itself
-  ARGV[6] filter bits per entry of a new slot's membership filters (0 = none; fingerprints.lua)
+  ARGV[6] window-mask words per entry of the slot before, for a new slot (0 = no mask; fingerprints.lua)
   ARGV    then two per event: fingerprint (16 hex), bucket hash (unsigned 32-bit integer)
   returns the number of fingerprints appended
 ]]
@@ -22,7 +22,7 @@ local fbits = tonumber(ARGV[6]) > 0 and tonumber(ARGV[6]) or nil
 
 local fps = {}
 for i = 7, #ARGV, 2 do fps[#fps + 1] = bin(ARGV[i]) end
--- The window's filters for every id of the call at once, when they are looked up.
+-- The window masks for every id of the call at once, when they are looked up.
 if check then probe(base, now, back, fps) end
 
 local added, here = 0, {}

@@ -18,7 +18,7 @@ local now, back = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 --@include fingerprints.lua
 
--- The window's filters for every id of the call at once (one command per filtered epoch).
+-- The window masks for every id of the call at once (one command per mask table).
 local fps = {}
 for i = 5, #ARGV, 2 do fps[#fps + 1] = bin(ARGV[i]) end
 probe(base, now, back, fps)

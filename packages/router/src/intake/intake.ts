@@ -20,9 +20,9 @@ import { ORDER_EVENT_TTL_MS, ORDER_TTL_MS } from '../ordering/store.ts';
 import {
   DEDUP_PER_BUCKET,
   dedupSlots,
-  FILTER_BITS,
   type Fingerprint,
   fingerprint,
+  MASK_WORDS,
 } from '../records/fingerprints.ts';
 import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
@@ -414,7 +414,7 @@ export async function promoteDedup(
         back,
         DEDUP_PER_BUCKET,
         check ? 1 : 0,
-        FILTER_BITS,
+        MASK_WORDS,
         ...evs.flatMap((e) => [e.fp.dedup, e.fp.bucket]),
       );
       const keyed = evs.flatMap((e) =>

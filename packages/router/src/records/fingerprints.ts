@@ -27,11 +27,12 @@ export function fingerprint(eventId: string): Fingerprint {
 /** Target entries per dedup bucket (8 bytes each: ~2 KiB strings, searched per reserve). */
 export const DEDUP_PER_BUCKET = 256;
 /**
- * Membership filter bits per entry a new dedup slot's buckets are sized for (docs/storage.md,
- * "Membership filters"): 8 bits and two probes, so a lookup reads a slot's bucket for an id that is
- * not there with odds of ~1-5 % instead of always; ~1-2 B per id. Body claims use the same.
+ * Window-mask words per entry of the slot before, for a new dedup slot (docs/storage.md, "Window
+ * masks"): a table of 32-bit words, one bit per slot, two words per id; at 8 words (10 with the
+ * headroom a new table gets) a lookup reads a slot's bucket for an id that is not there with odds
+ * of ~3 % instead of always, for ~1.6 B per id. Body claims use the same.
  */
-export const FILTER_BITS = 8;
+export const MASK_WORDS = 8;
 /** Target entries per event-id index bucket (3 bytes each: ~1.5 KiB strings, read only by lookups). */
 export const INDEX_PER_BUCKET = 512;
 /** The event-id index's slots are hours (its entries carry the minute of the hour). */

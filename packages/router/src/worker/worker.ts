@@ -233,6 +233,10 @@ export async function createWorker(
           for (const t of ts) if (!inOrder.includes(t)) tasks.push(t);
         }
       }
+      // Taken apart: the tasks hold what they need of the events. The job stays active until its
+      // last task has left memory (a second under load, longer under a backlog) and keeps nothing
+      // parsed meanwhile; a retried job is read again from its hash.
+      job.data = undefined as unknown as IntakeJobData;
       // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
       // only if not seen yet), not waited for. Best-effort: it owns nothing.
       void promoteDedup(rt.redis, keys, seen, config.dedupWindowMs, true).catch((err) =>

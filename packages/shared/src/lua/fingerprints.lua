@@ -3,15 +3,21 @@
 -- <base>:<slot>:m is a slot's HASH (e0 = first epoch, l = last epoch, n = entries written) and
 -- <base>:<slot>:<epoch>:<n> a STRING of fixed-width entries; epoch e of a slot has 2^e buckets.
 --
--- Membership filters (dedup ids and body claims; the event-id index has none): a slot created by a
--- writer that passes `fbits` also has f = filter bits per bucket, fe = its first filtered epoch and
--- fn = entries whose filter bits were set, and each epoch e >= fe a STRING <base>:<slot>:<epoch>:f
--- of f * 2^e bits, allocated whole when the epoch starts. An entry sets two bits, its fingerprint's
--- first and second 32 bits mod the filter's size; a lookup reads an epoch's bucket only when both
--- are set. The rule that keeps it exact: a slot's filters are used only while fn == n, i.e. every
--- entry of the slot went through them. A slot without f (written before filters existed), or one
--- that a writer without filters appended to (n grew, fn did not), is read bucket by bucket as
--- before; a filter's false positive costs one bucket read, never an answer.
+-- Window masks (dedup ids and body claims; the event-id index has none): one table per tenant base
+-- answers "which slots of the window may hold this fingerprint" in one read. <base>:w:<g> is a
+-- STRING of `words` 32-bit words; bit p of a word (offset 32 * word + 31 - p) belongs to the slot
+-- whose number is p mod 32. An entry sets its slot's bit in two words, its fingerprint's first and
+-- second 32 bits mod `words`; a lookup ANDs the two words and reads a slot's bucket only when the
+-- slot's bit is set. <base>:w (HASH g = current table, words = its size) names the table new slots
+-- go to; a slot created by a writer that passes `fbits` records its table in its meta (w =
+-- "<g>:<words>") and starts by clearing its bit in every word (the bit of the slot 32 before it). A
+-- new table, fbits * 1.25 words per entry of the slot before, is started when the current one is
+-- under fbits or over 4 * fbits words per such entry.
+-- The rule that keeps it exact: a slot's mask bit is used only while its fn == n, i.e. every entry
+-- of the slot went through the mask (fn counts them), and only for the 32 newest slots. A slot
+-- without w (written before masks existed), or one that a writer without them appended to (n grew,
+-- fn did not), is read bucket by bucket as before; a false positive costs a bucket read, never an
+-- answer.
 
 -- 16 hex characters to their 8 bytes (two tonumber calls, not one closure call per byte).
 local function bin(hex)
@@ -64,36 +70,48 @@ local function bucket_name(ep, h)
   return k
 end
 
--- The two 32-bit halves of an 8-byte fingerprint: where it sits in a filter.
+-- The two 32-bit halves of an 8-byte fingerprint: its two words in a window mask.
 local function halves(fp)
   local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(fp, 1, 8)
   return ((b1 * 256 + b2) * 256 + b3) * 256 + b4, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
 end
 
+-- "<g>:<words>" (a slot's w) to its table's name and size.
+local function mask_of(base, w)
+  local g, words = string.match(w, '^(%d+):(%d+)$')
+  return base .. ':w:' .. g, tonumber(words)
+end
+
 -- The slots of [now - back, now] that hold entries, newest first, each as its list of epochs; read
--- (one HMGET per slot) at the first lookup of a call and kept for the rest of it. An epoch whose
--- filter may be used carries its key (fkey) and size in bits (fm).
+-- (one HMGET per slot) at the first lookup of a call and kept for the rest of it. The epochs of a
+-- slot whose mask bit may be used carry its table (mask) and bit (bit).
 local windows = {}
 local function live_window(base, now, back)
   local w = windows[base]
   if w and w.now == now and w.back == back then return w end
-  local epochs = {}
+  local epochs, tables = {}, {}
   for s = now, now - back, -1 do
-    local v = redis.call('HMGET', base .. ':' .. s .. ':m', 'e0', 'l', 'n', 'f', 'fe', 'fn')
+    local v = redis.call('HMGET', base .. ':' .. s .. ':m', 'e0', 'l', 'n', 'w', 'fn')
     if v[1] then
       local pre = base .. ':' .. s .. ':'
-      local f = v[4] and v[6] == v[3] and tonumber(v[4])
-      local fe = f and tonumber(v[5])
+      local t
+      if v[4] and v[5] == v[3] and now - s < 32 then
+        t = tables[v[4]]
+        if not t then
+          local key, words = mask_of(base, v[4])
+          t = { key = key, words = words, masks = {} }
+          tables[v[4]] = t
+          tables[#tables + 1] = t
+        end
+      end
       for e = tonumber(v[1]), tonumber(v[2]) do
         local ep = new_epoch(pre, e)
-        if f and e >= fe then
-          ep.fkey, ep.fm, ep.pass = ep.pre .. 'f', f * 2 ^ e, {}
-        end
+        if t then ep.mask, ep.bit = t, 2 ^ math.fmod(s, 32) end
         epochs[#epochs + 1] = ep
       end
     end
   end
-  w = { now = now, back = back, epochs = epochs, probed = {} }
+  w = { now = now, back = back, epochs = epochs, tables = tables }
   windows[base] = w
   return w
 end
@@ -102,56 +120,51 @@ local function live_epochs(base, now, back)
   return live_window(base, now, back).epochs
 end
 
--- Reads the filters of the window for the fingerprints `fps` (8 bytes each) at once: one BITFIELD_RO
--- per filtered epoch for the whole list (a call's ids share the window's slots). find_entry then
--- skips an epoch whose filter rules a fingerprint out. Fingerprints not probed here are probed by
--- find_entry itself, one at a time.
+-- Reads the window's masks for the fingerprints `fps` (8 bytes each) at once: one BITFIELD_RO per
+-- table (usually one) for the whole list. find_entry then skips a slot whose bit is clear.
+-- Fingerprints not read here are read by find_entry itself, one at a time.
 local function probe(base, now, back, fps)
   local w = live_window(base, now, back)
-  local todo, ab = {}, {}
-  for i = 1, #fps do
-    local fp = fps[i]
-    if not w.probed[fp] and not ab[fp] then
-      local a, b = halves(fp)
-      ab[fp] = { a, b }
-      todo[#todo + 1] = fp
+  for _, t in ipairs(w.tables) do
+    local todo = {}
+    for i = 1, #fps do
+      if not t.masks[fps[i]] then
+        t.masks[fps[i]] = 0
+        todo[#todo + 1] = fps[i]
+      end
     end
-  end
-  if #todo == 0 then return end
-  for _, ep in ipairs(w.epochs) do
-    if ep.fkey then
-      -- At most 500 fingerprints (3,000 arguments) per command: Lua's unpack has a stack limit.
-      for from = 1, #todo, 500 do
-        local to = math.min(#todo, from + 499)
-        local args, j = { ep.fkey }, 1
-        for i = from, to do
-          local x = ab[todo[i]]
-          args[j + 1], args[j + 2], args[j + 3] = 'GET', 'u1', math.fmod(x[1], ep.fm)
-          args[j + 4], args[j + 5], args[j + 6] = 'GET', 'u1', math.fmod(x[2], ep.fm)
-          j = j + 6
-        end
-        local r = redis.call('BITFIELD_RO', unpack(args))
-        for i = from, to do
-          local k = 2 * (i - from)
-          if r[k + 1] == 1 and r[k + 2] == 1 then ep.pass[todo[i]] = true end
-        end
+    -- At most 500 fingerprints (3,000 arguments) per command: Lua's unpack has a stack limit.
+    for from = 1, #todo, 500 do
+      local to = math.min(#todo, from + 499)
+      local args, j = { t.key }, 1
+      for i = from, to do
+        local x, y = halves(todo[i])
+        args[j + 1], args[j + 2], args[j + 3] = 'GET', 'u32', '#' .. math.fmod(x, t.words)
+        args[j + 4], args[j + 5], args[j + 6] = 'GET', 'u32', '#' .. math.fmod(y, t.words)
+        j = j + 6
+      end
+      local r = redis.call('BITFIELD_RO', unpack(args))
+      for i = from, to do
+        local k = 2 * (i - from)
+        t.masks[todo[i]] = bit.band(r[k + 1], r[k + 2])
       end
     end
   end
-  for i = 1, #todo do w.probed[todo[i]] = true end
 end
 
 -- The entry of `width` bytes that starts with `fp`, in any bucket of the slots [now - back, now],
--- or nil.
--- `fp` is an entry's first 8 bytes, what the filters hold: an epoch whose filter rules it out is
--- skipped.
+-- or nil. `fp` is an entry's first 8 bytes, what the masks hold: a slot whose bit is clear for it
+-- is skipped.
 local function find_entry(base, now, back, fp, h, width)
   local w = live_window(base, now, back)
-  if not w.probed[fp] then probe(base, now, back, { fp }) end
   local epochs = w.epochs
   for i = 1, #epochs do
     local ep = epochs[i]
-    if not ep.fkey or ep.pass[fp] then
+    local t = ep.mask
+    if t and not t.masks[fp] then
+      probe(base, now, back, { fp })
+    end
+    if not t or bit.band(t.masks[fp], ep.bit) ~= 0 then
       local v = bucket(bucket_name(ep, h))
       local p = v and entry_at(v, fp, width)
       if p then return string.sub(v, p, p + width - 1) end
@@ -172,12 +185,35 @@ end
 -- Rewritten with SET (exact allocation, no append slack); every key written gets the TTL. What is
 -- appended is not visible to seen() in the same call: a script that must see its own earlier
 -- entries keeps them itself (body-claim-1).
--- `fbits` (filter bits per entry a bucket is sized for; nil = no filters) gives a slot this call
--- creates its filters: f = fbits * per bits per bucket, from epoch max(e0, FILTER_FROM). In a slot
--- whose filters are in use (fn == n) every entry sets its two bits; in any other slot, or from a
--- caller without `fbits`, only n grows, so that slot's filters are never used again.
-local FILTER_FROM = 1
+-- `fbits` (mask words per entry, nil = no masks) puts a slot this call creates in the current
+-- window mask (or a new one, see above); in a slot whose mask bit is in use (fn == n) every entry
+-- sets it; in any other slot, or from a caller without `fbits`, only n grows, so that slot's mask
+-- bit is never used again.
 local slots, buckets, order = {}, {}, {}
+local mask_tables = {}
+
+-- The window mask a new slot of `base` goes to, sized for `prev` entries a slot: its record
+-- {key, words, g, fresh}, kept for the call.
+local function mask_for(base, prev, fbits)
+  local t = mask_tables[base]
+  if t then return t end
+  local ptr = base .. ':w'
+  local v = redis.call('HMGET', ptr, 'g', 'words')
+  local g, words, want = tonumber(v[1]), tonumber(v[2]), fbits * math.max(prev, 1)
+  if g and words >= want and words <= 4 * want then
+    t = { g = g, words = words, clears = {} }
+  else
+    -- A new table, under a number no live table has (the pointer may have expired first).
+    g = (g or 0) + 1
+    while redis.call('EXISTS', base .. ':w:' .. g) == 1 do g = g + 1 end
+    t = { g = g, words = math.ceil(want * 1.25), fresh = true }
+  end
+  t.key, t.ptr, t.set = base .. ':w:' .. t.g, ptr, {}
+  mask_tables[base] = t
+  order[#order + 1] = t
+  return t
+end
+
 local function append_buffered(base, slot, entry, h, per, fbits)
   local by = slots[base]
   if not by then
@@ -187,17 +223,25 @@ local function append_buffered(base, slot, entry, h, per, fbits)
   local m = by[slot]
   if not m then
     local meta = base .. ':' .. slot .. ':m'
-    local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'f', 'fe', 'fn')
+    local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'w', 'fn')
     local e0 = tonumber(v[1])
     m = { key = meta, new = not e0, added = 0, n = tonumber(v[3] or '0'), epochs = {} }
     if not e0 then
       local prev = tonumber(redis.call('HGET', base .. ':' .. (slot - 1) .. ':m', 'n') or '0')
       e0 = 0
       while per * 2 ^ e0 < prev and e0 < 20 do e0 = e0 + 1 end
-      if fbits then m.f, m.fe = fbits * per, math.max(e0, FILTER_FROM) end
-    elseif fbits and v[4] and v[6] == v[3] then
-      m.f, m.fe = tonumber(v[4]), tonumber(v[5])
+      if fbits then
+        m.mask = mask_for(base, prev, fbits)
+        m.w = m.mask.g .. ':' .. m.mask.words
+        -- The slot's bit, cleared in every word first unless the table is new.
+        if not m.mask.fresh then m.mask.clears[#m.mask.clears + 1] = math.fmod(slot, 32) end
+      end
+    elseif fbits and v[4] and v[5] == v[3] then
+      local key, words = mask_of(base, v[4])
+      m.mask, m.w = { key = key, ptr = base .. ':w', words = words, set = {} }, v[4]
+      order[#order + 1] = m.mask
     end
+    if m.mask then m.bitoff = 31 - math.fmod(slot, 32) end
     m.e0, m.l, m.l0 = e0, tonumber(v[2]) or e0, tonumber(v[2]) or e0
     m.pre = base .. ':' .. slot .. ':'
     by[slot] = m
@@ -214,16 +258,11 @@ local function append_buffered(base, slot, entry, h, per, fbits)
   if not ep then
     ep = new_epoch(m.pre, e)
     m.epochs[e] = ep
-    if m.f and e >= m.fe then
-      -- An epoch's filter is new when its epoch is: allocated whole at the flush.
-      ep.fkey, ep.fm, ep.set, ep.fresh = ep.pre .. 'f', m.f * 2 ^ e, {}, m.new or e > m.l0
-      order[#order + 1] = ep
-    end
   end
-  if ep.set then
-    local a, b = halves(entry)
-    ep.set[#ep.set + 1] = math.fmod(a, ep.fm)
-    ep.set[#ep.set + 1] = math.fmod(b, ep.fm)
+  if m.mask then
+    local t, x, y = m.mask, halves(entry)
+    t.set[#t.set + 1] = 32 * math.fmod(x, t.words) + m.bitoff
+    t.set[#t.set + 1] = 32 * math.fmod(y, t.words) + m.bitoff
   end
   local k = bucket_name(ep, h)
   local b = buckets[k]
@@ -240,22 +279,37 @@ local function flush_appends(ttl)
     if type(x) == 'string' then
       redis.call('SET', x, table.concat(buckets[x]), 'PX', ttl)
     elseif x.set then
-      -- An epoch's filter: every bit its entries set, in one BITFIELD per 500 entries.
-      if x.fresh then redis.call('SET', x.fkey, string.rep('\0', math.ceil(x.fm / 8)), 'PX', ttl) end
+      -- A window mask: a new one allocated whole; a new slot's bit cleared in every word (BITOP AND
+      -- with a word pattern that has only that bit clear); then every bit its entries set, in one
+      -- BITFIELD per 500 entries.
+      if x.fresh then
+        redis.call('SET', x.key, string.rep('\0', 4 * x.words), 'PX', ttl)
+        redis.call('HSET', x.ptr, 'g', x.g, 'words', x.words)
+      end
+      for _, plane in ipairs(x.clears or {}) do
+        local off = 31 - plane
+        local word = { '\255', '\255', '\255', '\255' }
+        word[math.floor(off / 8) + 1] = string.char(255 - 2 ^ (7 - off % 8))
+        local tmp = x.key .. ':clear'
+        redis.call('SET', tmp, string.rep(table.concat(word), x.words))
+        redis.call('BITOP', 'AND', x.key, x.key, tmp)
+        redis.call('DEL', tmp)
+      end
       for from = 1, #x.set, 1000 do
-        local args, j = { x.fkey }, 1
+        local args, j = { x.key }, 1
         for i = from, math.min(#x.set, from + 999) do
           args[j + 1], args[j + 2], args[j + 3], args[j + 4] = 'SET', 'u1', x.set[i], 1
           j = j + 4
         end
         redis.call('BITFIELD', unpack(args))
       end
-      if not x.fresh then redis.call('PEXPIRE', x.fkey, ttl) end
-    elseif x.f then
-      -- A slot whose filters are in use: n and fn move together (the script is atomic, so setting
+      redis.call('PEXPIRE', x.key, ttl)
+      redis.call('PEXPIRE', x.ptr, ttl)
+    elseif x.w then
+      -- A slot whose mask bit is in use: n and fn move together (the script is atomic, so setting
       -- them is the increment).
       local n = x.n + x.added
-      if x.new then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l, 'n', n, 'f', x.f, 'fe', x.fe, 'fn', n)
+      if x.new then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l, 'n', n, 'w', x.w, 'fn', n)
       elseif x.l > x.l0 then redis.call('HSET', x.key, 'l', x.l, 'n', n, 'fn', n)
       else redis.call('HSET', x.key, 'n', n, 'fn', n) end
       redis.call('PEXPIRE', x.key, ttl)
