@@ -129,6 +129,7 @@ describe('dedup window masks', () => {
 
   it('a new table never takes the name of a live one (its pointer gone first)', async () => {
     const b = base();
+    await promote(b, S - 1, ids('prev', 5), WORDS);
     const list = ids('in', 40);
     await promote(b, S, list, WORDS);
     const g = (await meta(b, S)).w!.split(':')[0];
@@ -148,10 +149,10 @@ describe('dedup window masks', () => {
       slots.set(s, list);
       await promote(b, s, list, WORDS);
     }
-    // One table from S-39 on (S-40, the first, sized a small one for S-39 to outgrow).
+    // One table from S-39 on (S-40, the tenant's first slot, has none).
     const w = (await meta(b, S)).w;
     expect((await meta(b, S - 39)).w).toBe(w);
-    expect((await meta(b, S - 40)).w).not.toBe(w);
+    expect(await meta(b, S - 40)).not.toHaveProperty('w');
     // Slot S-39's bit now belongs to S-7: the words set for that bit are exactly S-7's ids'.
     const [g, words] = w!.split(':').map(Number) as [number, number];
     const table = (await redis.getBuffer(`${b}:w:${g}`))!;
@@ -176,7 +177,11 @@ describe('dedup window masks', () => {
     const withM = base();
     const without = base();
     const all = new Map<number, string[]>();
-    // Calls of 1 to 300 ids over slots 100-102: epochs grow inside a call and between calls.
+    // The tenant's first slot (99) gets no mask. Then calls of 1 to 300 ids over slots 100-102:
+    // epochs grow inside a call and between calls.
+    await promote(withM, 99, ['first'], WORDS);
+    await promote(without, 99, ['first'], 0);
+    expect(await meta(withM, 99)).toEqual(await meta(without, 99));
     for (const [slot, n] of [
       [100, 1],
       [100, 20],
@@ -190,10 +195,23 @@ describe('dedup window masks', () => {
       await promote(withM, slot, list, WORDS);
       await promote(without, slot, list, 0);
     }
+    // Every bucket of slots 99-102, by name from the slot metas (no KEYS over a shared Redis).
     const bucketsOf = async (b: string) => {
-      const out: Record<string, string> = {};
-      for (const k of await redis.keys(`${b}:*`))
-        if (/:\d+:\d+:\d+$/.test(k)) out[k.slice(b.length)] = (await redis.getBuffer(k))!.toString('hex');
+      const out: Record<string, string | undefined> = {};
+      for (const slot of [99, 100, 101, 102]) {
+        const m = await meta(b, slot);
+        const pipe = redis.pipeline();
+        const names: string[] = [];
+        for (let e = Number(m.e0); e <= Number(m.l); e++)
+          for (let k = 0; k < 2 ** e; k++) {
+            names.push(`:${slot}:${e}:${k}`);
+            pipe.getBuffer(`${b}:${slot}:${e}:${k}`);
+          }
+        const res = (await pipe.exec()) ?? [];
+        names.forEach((n, i) => {
+          out[n] = (res[i]?.[1] as Buffer | null)?.toString('hex');
+        });
+      }
       return out;
     };
     expect(await bucketsOf(withM)).toEqual(await bucketsOf(without));

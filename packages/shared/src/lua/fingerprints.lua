@@ -12,7 +12,7 @@
 -- go to; a slot created by a writer that passes `fbits` records its table in its meta (w =
 -- "<g>:<words>") and starts by clearing its bit in every word (the bit of the slot 32 before it). A
 -- new table, fbits * 1.25 words per entry of the slot before, is started when the current one is
--- under fbits or over 4 * fbits words per such entry.
+-- under fbits or over 4 * fbits words per such entry. A slot whose predecessor is empty gets none.
 -- The rule that keeps it exact: a slot's mask bit is used only while its fn == n, i.e. every entry
 -- of the slot went through the mask (fn counts them), and only for the 32 newest slots. A slot
 -- without w (written before masks existed), or one that a writer without them appended to (n grew,
@@ -230,7 +230,9 @@ local function append_buffered(base, slot, entry, h, per, fbits)
       local prev = tonumber(redis.call('HGET', base .. ':' .. (slot - 1) .. ':m', 'n') or '0')
       e0 = 0
       while per * 2 ^ e0 < prev and e0 < 20 do e0 = e0 + 1 end
-      if fbits then
+      -- No mask for a slot whose predecessor is empty (a tenant's first slot): its table would be
+      -- sized for nothing and say "maybe" for every id, at the cost of writing it.
+      if fbits and prev > 0 then
         m.mask = mask_for(base, prev, fbits)
         m.w = m.mask.g .. ':' .. m.mask.words
         -- The slot's bit, cleared in every word first unless the table is new.
