@@ -59,8 +59,9 @@ interface Health {
  * all of them (-1 until the send is acknowledged). Each record is written into the pack's buffer as
  * it arrives (a JSON array, docs/storage.md): nothing of it stays in the JS heap but what its
  * Redis index needs, so records waiting for a flush are neither scanned nor copied by V8's
- * scavenges (a record object with its body's base64 string, kept for a flush and its send, was
- * a fifth of a delivery's CPU at 1 endpoint/event: docs/benchmarks/profile.md).
+ * scavenges. Kept as objects (an event record holds its body's base64) until their send, they
+ * made the writer cost ~23 µs of CPU per event and attempt; written on arrival, ~10
+ * (docs/benchmarks/profile.md, 2026-12-06).
  */
 interface Pack {
   kind: 'e' | 'a';
