@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
+import { GROWING_CALLS } from '../../../test/helpers/fingerprint-calls.ts';
 import { withCommands } from '../src/commands/index.ts';
 import { fingerprint } from '../src/records/fingerprints.ts';
 
@@ -182,14 +183,7 @@ describe('dedup window masks', () => {
     await promote(withM, 99, ['first'], WORDS);
     await promote(without, 99, ['first'], 0);
     expect(await meta(withM, 99)).toEqual(await meta(without, 99));
-    for (const [slot, n] of [
-      [100, 1],
-      [100, 20],
-      [100, 300],
-      [101, 5],
-      [101, 120],
-      [102, 40],
-    ] as const) {
+    for (const [slot, n] of GROWING_CALLS) {
       const list = ids(`s${slot}`, n);
       all.set(slot, [...(all.get(slot) ?? []), ...list]);
       await promote(withM, slot, list, WORDS);

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
+import { GROWING_CALLS } from '../../../test/helpers/fingerprint-calls.ts';
 
 /**
  * The fingerprint-bucket helpers of packages/shared/src/lua/fingerprints.lua on a real Redis:
@@ -68,14 +69,7 @@ describe('fingerprint buckets (fingerprints.lua)', () => {
     const buffered = `{fp-${tag}}:b`;
     const PER = 3;
     // Calls of 1 to 300 entries over slots 100-102: epochs grow inside a call and between calls.
-    for (const [slot, n] of [
-      [100, 1],
-      [100, 20],
-      [100, 300],
-      [101, 5],
-      [101, 120],
-      [102, 40],
-    ] as const) {
+    for (const [slot, n] of GROWING_CALLS) {
       const args: (string | number)[] = [];
       for (let i = 0; i < n; i++)
         args.push(slot, randomBytes(3).toString('latin1'), randomBytes(4).readUInt32BE());
