@@ -1,5 +1,5 @@
-import { createQueue, createRedis } from '@spillway/shared';
 import { parkedUntil } from '@spillway/router/testing';
+import { createQueue, createRedis } from '@spillway/shared';
 import { type Job, Worker } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
 import { routerRuntime } from '../../../test/helpers/router-fixtures.ts';
