@@ -51,6 +51,16 @@ export class BatchedWriter<B> {
     this.#timer ??= setTimeout(() => void this.flush(), ms);
   }
 
+  /**
+   * The owner buffered something: a serial writer that is busy leaves it to its running loop (the
+   * next take holds it); otherwise the buffer is flushed at once when `full`, else the timer armed.
+   */
+  buffered(full: boolean): void {
+    if (this.#o.serial && this.busy) return;
+    if (full) void this.flush();
+    else this.schedule();
+  }
+
   /** True while a write is running. */
   get busy(): boolean {
     return this.#pump !== undefined || this.#writing.size > 0;
@@ -133,19 +143,15 @@ export class BatchedWriter<B> {
 export class ListWriter<T> extends BatchedWriter<T[]> {
   #items: T[] = [];
   readonly #maxItems: number;
-  readonly #serial: boolean;
 
   constructor(opts: Omit<BatchedWriterOptions<T[]>, 'take'> & { maxItems?: number }) {
     super({ ...opts, take: () => this.#takeAll() });
     this.#maxItems = opts.maxItems ?? Number.POSITIVE_INFINITY;
-    this.#serial = opts.serial ?? false;
   }
 
   add(item: T): void {
     this.#items.push(item);
-    if (this.#serial && this.busy) return; // the running loop takes it with its next write
-    if (this.#items.length >= this.#maxItems) void this.flush();
-    else this.schedule();
+    this.buffered(this.#items.length >= this.#maxItems);
   }
 
   #takeAll(): T[] | undefined {

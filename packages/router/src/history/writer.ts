@@ -75,7 +75,7 @@ interface Pack {
   buf: Buffer;
   len: number;
   records: number;
-  /** When its first record was logged (the message's timestamp). */
+  /** When its first record was logged (the message's timestamp; #pack opens it for that record). */
   at: number;
   /** Events: each record's fingerprint (index, bucket), for the event-id index. */
   ids: (string | number)[];
@@ -169,7 +169,7 @@ export class HistoryWriter {
     rec.at = at;
     const g = this.#pack('e', ev.tenantId, at);
     const before = g.len;
-    this.#append(g, JSON.stringify(rec), at);
+    this.#append(g, JSON.stringify(rec));
     this.#eventBytes += g.len - before;
     const f = fp ?? fingerprint(ev.id);
     g.ids.push(f.index, f.bucket);
@@ -196,7 +196,7 @@ export class HistoryWriter {
   attempt(rec: AttemptRecord): void {
     if (!this.#admit()) return;
     const g = this.#pack('a', rec.t, rec.at);
-    this.#append(g, JSON.stringify(rec), rec.at);
+    this.#append(g, JSON.stringify(rec));
     // Endpoint health: when the current run of failures began; any delivery ends it.
     g.health ??= new Map();
     let h = g.health.get(rec.p);
@@ -223,11 +223,7 @@ export class HistoryWriter {
 
   #added(): void {
     this.#buffered++;
-    const b = this.#batch;
-    b.records++;
-    if (this.#writer.busy) return; // the running loop takes it with its next write
-    if (b.records >= MAX_BATCH) void this.#writer.flush();
-    else this.#writer.schedule();
+    this.#writer.buffered(++this.#batch.records >= MAX_BATCH);
   }
 
   /** The open pack of (kind, tenant, minute of `at`) in this flush, opened if there is none. */
@@ -260,7 +256,7 @@ export class HistoryWriter {
   }
 
   /** Writes one record's JSON into its pack (after `[` or `,`), growing the buffer as needed. */
-  #append(g: Pack, json: string, at: number): void {
+  #append(g: Pack, json: string): void {
     // A small record is sized at 3 bytes per UTF-16 unit (the most UTF-8 takes) instead of
     // scanning it; a large one (a body of up to 1 MiB) exactly. Plus the separator and the bracket.
     const need = g.len + (json.length > 16_384 ? Buffer.byteLength(json) : json.length * 3) + 2;
@@ -271,7 +267,6 @@ export class HistoryWriter {
     }
     g.buf[g.len++] = g.records === 0 ? 0x5b : 0x2c; // '[' before the first, ',' between
     g.len += g.buf.write(json, g.len);
-    if (g.records === 0) g.at = at;
     g.records++;
   }
 
