@@ -230,3 +230,37 @@ describe('dedup window masks', () => {
     expect(await reserve(withM, 102, flat)).toEqual(Array(flat.length).fill('d'));
   });
 });
+
+describe("the worker's checked promote", () => {
+  it('looks nothing up for ids whose intake promoted them a moment ago (marker "d")', async () => {
+    const b = base();
+    const list = ids('done', 20);
+    // The intake's promote, markers kept ("d" for a minute).
+    expect(await r.dedupPromote(b, TTL, S, 0, PER, 0, WORDS, ...args(list))).toBe(20);
+    // A slot meta no lookup can read: a checked promote that looked anything up would fail.
+    await redis.del(`${b}:${S}:m`);
+    await redis.set(`${b}:${S}:m`, 'unreadable');
+    expect(await r.dedupPromote(b, TTL, S, 0, PER, 1, WORDS, ...args(list))).toBe(0);
+    // An id whose intake promote was lost (its marker still pending) is looked up: the same call
+    // with it reaches the unreadable meta.
+    const lost = 'lost-promote';
+    await redis.set(`${b}:p:${fingerprint(lost).dedup}`, 'p:intake', 'PX', TTL);
+    await expect(r.dedupPromote(b, TTL, S, 0, PER, 1, WORDS, ...args([...list, lost]))).rejects.toThrow(
+      /WRONGTYPE/,
+    );
+  });
+
+  it('stores an id whose intake promote was lost, once', async () => {
+    const b = base();
+    const list = ids('kept', 10);
+    expect(await r.dedupPromote(b, TTL, S, 0, PER, 0, WORDS, ...args(list))).toBe(10);
+    const lost = ids('lost', 3);
+    for (const id of lost) await redis.set(`${b}:p:${fingerprint(id).dedup}`, 'p:intake', 'PX', TTL);
+    expect(await r.dedupPromote(b, TTL, S, 0, PER, 1, WORDS, ...args([...list, ...lost, lost[0]!]))).toBe(3);
+    expect(await reserve(b, S, [...list, ...lost], 0)).toEqual(Array(13).fill('d'));
+    // Markers gone (a minute later): the buckets answer, and a second checked promote adds nothing.
+    await redis.del(...[...list, ...lost].map((id) => `${b}:p:${fingerprint(id).dedup}`));
+    expect(await r.dedupPromote(b, TTL, S, 0, PER, 1, WORDS, ...args([...list, ...lost]))).toBe(0);
+    expect(await reserve(b, S, [...list, ...lost], 0)).toEqual(Array(13).fill('d'));
+  });
+});

@@ -20,24 +20,32 @@ local fbits = tonumber(ARGV[6]) > 0 and tonumber(ARGV[6]) or nil
 
 --@include fingerprints.lua
 
-local fps = {}
-for i = 7, #ARGV, 2 do fps[#fps + 1] = bin(ARGV[i]) end
--- The window masks for every id of the call at once, when they are looked up.
-if check then probe(base, now, back, fps) end
+-- With check, an id whose pending marker already says "d" (its intake's promote took, under a
+-- minute ago: the common case at fan-out) is skipped without a lookup; only the others are
+-- probed (the window masks for all of them at once) and looked up.
+local fps, pks, done, ask = {}, {}, {}, {}
+for i = 7, #ARGV, 2 do
+  local k = (i - 5) / 2
+  pks[k] = base .. ':p:' .. ARGV[i]
+  done[k] = check and redis.call('GET', pks[k]) == 'd'
+  if not done[k] then
+    fps[k] = bin(ARGV[i])
+    if check then ask[#ask + 1] = fps[k] end
+  end
+end
+if #ask > 0 then probe(base, now, back, ask) end
 
 local added, here = 0, {}
 for i = 7, #ARGV, 2 do
-  local hex, h = ARGV[i], tonumber(ARGV[i + 1])
-  local pk = base .. ':p:' .. hex
-  local fp = fps[(i - 5) / 2]
+  local hex, h, k = ARGV[i], tonumber(ARGV[i + 1]), (i - 5) / 2
   -- `here`: an id twice in one call is stored once (appends land at the end, unseen by seen()).
-  local skip = here[hex] or (check and (redis.call('GET', pk) == 'd' or seen(base, now, back, fp, h)))
   -- Already seen (the intake's promote took): nothing to write, not even the marker again.
+  local skip = done[k] or here[hex] or (check and seen(base, now, back, fps[k], h))
   if not skip then
-    append_buffered(base, now, fp, h, per, fbits)
+    append_buffered(base, now, fps[k], h, per, fbits)
     added = added + 1
     here[hex] = true
-    redis.call('SET', pk, 'd', 'PX', 60000)
+    redis.call('SET', pks[k], 'd', 'PX', 60000)
   end
 end
 flush_appends(ttl)
