@@ -24,12 +24,18 @@ local fbits = tonumber(ARGV[6]) > 0 and tonumber(ARGV[6]) or nil
 -- minute ago: the common case at fan-out) is skipped without a lookup; only the others are
 -- probed (the window masks for all of them at once) and looked up.
 local fps, pks, done, ask = {}, {}, {}, {}
-for i = 7, #ARGV, 2 do
-  local k = (i - 5) / 2
-  pks[k] = base .. ':p:' .. ARGV[i]
-  done[k] = check and redis.call('GET', pks[k]) == 'd'
+for i = 7, #ARGV, 2 do pks[#pks + 1] = base .. ':p:' .. ARGV[i] end
+if check then
+  -- One MGET per 500 markers (Lua's unpack has a stack limit).
+  for from = 1, #pks, 500 do
+    local to = math.min(#pks, from + 499)
+    local v = redis.call('MGET', unpack(pks, from, to))
+    for k = from, to do done[k] = v[k - from + 1] == 'd' end
+  end
+end
+for k = 1, #pks do
   if not done[k] then
-    fps[k] = bin(ARGV[i])
+    fps[k] = bin(ARGV[5 + 2 * k])
     if check then ask[#ask + 1] = fps[k] end
   end
 end
