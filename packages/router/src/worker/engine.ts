@@ -108,6 +108,12 @@ export class Engine {
   readonly #ungauge: () => void;
   #tasks = 0;
   #reserved = 0;
+  /**
+   * Tasks held beyond their lanes' JOB_LOOKAHEAD_S of measured delivery, as of the last tick
+   * (Lane#surplus): a slow tenant's backlog that its credits and job share let it keep. They count
+   * against maxTasks, not against the claim, so they never make other tenants' jobs wait.
+   */
+  #surplus = 0;
   /** Deliveries per second of every lane together (sum of the lanes' EWMA rates). */
   #deliveryRate = 0;
   #wakeTimer: NodeJS.Timeout | undefined;
@@ -215,13 +221,18 @@ export class Engine {
     return this.#roomWaiters.length === 0 && this.#fits(n);
   }
 
-  /** Whether `n` more tasks fit now (one job is always let in when nothing is held). */
+  /**
+   * Whether `n` more tasks fit now (one job is always let in when nothing is held): within
+   * maxTasks in all, and within the claim leaving out what slow lanes hold beyond their lookahead.
+   * Without that exception one tenant whose credits exceed the claim (a slow but answering receiver,
+   * a backlog of thousands) filled it, and every other tenant's jobs queued behind its own for as
+   * long as its backlog took to deliver (router-isolation.test.ts, the rated tenant).
+   */
   #fits(n: number): boolean {
-    return (
-      this.#closed ||
-      this.#tasks + this.#reserved === 0 ||
-      this.#tasks + this.#reserved + n <= this.#claimLimit()
-    );
+    if (this.#closed) return true;
+    const held = this.#tasks + this.#reserved;
+    if (held === 0) return true;
+    return held + n <= this.#maxTasks && held - this.#surplus + n <= this.#claimLimit();
   }
 
   /** Lets waiting jobs in, in the order they came, while they fit. */
@@ -604,17 +615,24 @@ export class Engine {
   #tick(): void {
     const now = Date.now();
     let rate = 0;
+    let surplus = 0;
     for (const lane of this.#lanes.values()) {
       lane.tick();
       rate += lane.rate;
       if (lane.waiting > 0 && lane.stalled(now)) this.#unload(lane);
+      const tenant = this.#views.get(lane.tenantId)?.tenant;
+      if (tenant) {
+        const { concurrency, maxInFlight } = limits(tenant);
+        surplus += lane.surplus(concurrency, maxInFlight);
+      }
       // An idle lane is forgotten after a while (its rate would be stale anyway).
       if (lane.size === 0 && now - lane.lastProgress > 10_000) this.#lanes.delete(lane.tenantId);
     }
-    const grew = rate > this.#deliveryRate;
+    // A higher rate or a larger surplus may make room for a job that waits.
+    const roomier = rate > this.#deliveryRate || surplus > this.#surplus;
     this.#deliveryRate = rate;
-    // A higher rate may make room for a job that waits.
-    if (grew) this.#released(0);
+    this.#surplus = surplus;
+    if (roomier) this.#released(0);
     if (now - this.#lastRefresh >= REFRESH_MS) {
       this.#lastRefresh = now;
       for (const tid of this.#lanes.keys()) void this.#reload(tid);

@@ -232,6 +232,18 @@ export class Lane {
     return Math.max(1, Math.min(maxInFlight, Math.max(concurrency, byRate)));
   }
 
+  /**
+   * Tasks this lane holds beyond about JOB_LOOKAHEAD_S of its measured rate (0 until it has one): what
+   * it keeps only through its credits and job share (takesJobTask), which the worker's claim leaves
+   * out (Engine#fits). Until its rate is measured a lane counts in full, so a preload's first jobs
+   * still wait for the claim.
+   */
+  surplus(concurrency: number, maxInFlight: number): number {
+    if (!this.#measured) return 0;
+    const soon = Math.ceil((this.lookahead(concurrency, maxInFlight) * JOB_LOOKAHEAD_S) / LOOKAHEAD_S);
+    return Math.max(0, this.size - soon);
+  }
+
   /** Whether the drainer may bring one more task into the queue. */
   room(concurrency: number, maxInFlight: number): boolean {
     return this.queued < this.lookahead(concurrency, maxInFlight);
