@@ -232,7 +232,8 @@ export class Engine {
     if (this.#closed) return true;
     const held = this.#tasks + this.#reserved;
     if (held === 0) return true;
-    return held + n <= this.#maxTasks && held - this.#surplus + n <= this.#claimLimit();
+    // The surplus is the last tick's: never let it count for more than is held now.
+    return held + n <= this.#maxTasks && Math.max(0, held - this.#surplus) + n <= this.#claimLimit();
   }
 
   /** Lets waiting jobs in, in the order they came, while they fit. */
