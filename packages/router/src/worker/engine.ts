@@ -246,9 +246,9 @@ export class Engine {
     }
   }
 
-  /** Tasks in memory (plus reserved) below which another job is taken apart. */
+  /** Tasks in memory (plus reserved, less the surplus) below which another job is taken apart; #fits caps all at maxTasks. */
   #claimLimit(): number {
-    return Math.min(this.#maxTasks, Math.max(CLAIM_MIN, Math.ceil(this.#deliveryRate * CLAIM_S)));
+    return Math.max(CLAIM_MIN, Math.ceil(this.#deliveryRate * CLAIM_S));
   }
 
   unreserve(n: number): void {

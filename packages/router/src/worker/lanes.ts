@@ -240,8 +240,12 @@ export class Lane {
    */
   surplus(concurrency: number, maxInFlight: number): number {
     if (!this.#measured) return 0;
-    const soon = Math.ceil((this.lookahead(concurrency, maxInFlight) * JOB_LOOKAHEAD_S) / LOOKAHEAD_S);
-    return Math.max(0, this.size - soon);
+    return Math.max(0, this.size - Math.ceil(this.#jobLookahead(concurrency, maxInFlight)));
+  }
+
+  /** Tasks this lane delivers within about JOB_LOOKAHEAD_S: what it takes from any job. */
+  #jobLookahead(concurrency: number, maxInFlight: number): number {
+    return (this.lookahead(concurrency, maxInFlight) * JOB_LOOKAHEAD_S) / LOOKAHEAD_S;
   }
 
   /** Whether the drainer may bring one more task into the queue. */
@@ -256,7 +260,7 @@ export class Lane {
    * lane keeps at most `share` jobs active, so a slow tenant can never pin the worker's job slots.
    */
   takesJobTask(owner: Owner, concurrency: number, maxInFlight: number, share: number): boolean {
-    const soon = this.queued < (this.lookahead(concurrency, maxInFlight) * JOB_LOOKAHEAD_S) / LOOKAHEAD_S;
+    const soon = this.queued < this.#jobLookahead(concurrency, maxInFlight);
     return this.pin(owner, soon ? Number.POSITIVE_INFINITY : share);
   }
 
