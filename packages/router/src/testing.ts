@@ -15,4 +15,4 @@ export { type Role, type Started, start } from './roles/start.ts';
 export { SpillProducer } from './spill/producer.ts';
 export { Credits } from './worker/credits.ts';
 export { eventFromWire, eventToWire, fanOut, taskFromWire, taskToWire } from './worker/fanout.ts';
-export { parkedUntil } from './worker/park.ts';
+export { FETCH_AHEAD, FetchGate, GatedWorker } from './worker/fetch-gate.ts';

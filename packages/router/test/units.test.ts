@@ -81,6 +81,21 @@ describe('event type matching and fan-out', () => {
     expect(tasks.every((t) => t.attempt === 1 && t.eventId === 'e1')).toBe(true);
   });
 
+  it('an endpoint disabled after an event was accepted still gets its task (the engine puts it in the DLQ as endpoint_disabled); one disabled before does not', () => {
+    const at = (receivedAt: number) => ({
+      tenantId: 'acme',
+      id: `e${receivedAt}`,
+      type: 'order.created',
+      receivedAt,
+      contentType: 'application/json',
+      body: Buffer.from('{}'),
+    });
+    const gone = { ...ep('gone', ['*'], 'disabled'), disabledAt: 1_000 };
+    const endpoints = [ep('all', ['*']), gone, ep('old', ['*'], 'disabled')];
+    expect(fanOut(at(999), endpoints).map((t) => t.endpointId)).toEqual(['all', 'gone']);
+    expect(fanOut(at(1_000), endpoints).map((t) => t.endpointId)).toEqual(['all']);
+  });
+
   it('tasks survive the wire form byte for byte (spill records, retry jobs, DLQ)', () => {
     const body = Buffer.from([0, 1, 2, 255, 0x7b]);
     const event = {

@@ -99,6 +99,12 @@ export interface Endpoint {
   status: EndpointStatus;
   /** Why it was disabled (e.g. `gone` after a 410). */
   disabledReason?: string;
+  /**
+   * When it was disabled (ms since the epoch). Events accepted before it are still fanned out to it,
+   * and their tasks go to the DLQ as `endpoint_disabled` (replayable once it is resumed); events
+   * accepted after it are not for it.
+   */
+  disabledAt?: number;
   /** Absent = the installation's retry schedule. */
   retry?: RetryPolicy;
   /** Static headers sent with every delivery (names lower-case; reserved names refused by the admin API). */

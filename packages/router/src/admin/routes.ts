@@ -463,7 +463,10 @@ export function registerRoutes(app: FastifyInstance, d: AdminDeps): void {
         const ep = await store.updateEndpoint(req.params.tid, req.params.eid, (cur) => {
           const next: Endpoint = { ...cur, status };
           // Resuming is also how an operator re-enables an endpoint that was disabled (e.g. 410).
-          if (status === 'active') delete next.disabledReason;
+          if (status === 'active') {
+            delete next.disabledReason;
+            delete next.disabledAt;
+          }
           return next;
         });
         return { id: ep.id, status: ep.status };

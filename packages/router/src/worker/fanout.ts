@@ -109,14 +109,27 @@ export function taskFromWire(w: WireTask): DeliveryTask {
   return t;
 }
 
-/** The endpoints an event goes to: not disabled, and subscribed to its type. Paused ones are kept (their tasks wait). */
-export function subscribedEndpoints(endpoints: readonly Endpoint[], type: string): Endpoint[] {
-  return endpoints.filter((ep) => ep.status !== 'disabled' && matchesEventType(ep.eventTypes, type));
+/**
+ * The endpoints an event goes to: subscribed to its type, and not disabled before the event was
+ * accepted. Paused ones are kept (their tasks wait). One disabled after it (a 410 while the event
+ * waited in its intake job) is kept too: the engine puts its task in the DLQ as `endpoint_disabled`,
+ * so whether an accepted event reaches the DLQ does not depend on when its job was taken apart.
+ */
+export function subscribedEndpoints(
+  endpoints: readonly Endpoint[],
+  type: string,
+  receivedAt = Number.POSITIVE_INFINITY,
+): Endpoint[] {
+  return endpoints.filter(
+    (ep) =>
+      (ep.status !== 'disabled' || (ep.disabledAt !== undefined && receivedAt < ep.disabledAt)) &&
+      matchesEventType(ep.eventTypes, type),
+  );
 }
 
 /** Fans one event out into one task per subscribed endpoint, each at attempt 1, stamped with its incarnation. */
 export function fanOut(event: SpillwayEvent, endpoints: readonly Endpoint[]): DeliveryTask[] {
-  return subscribedEndpoints(endpoints, event.type).map((ep) => {
+  return subscribedEndpoints(endpoints, event.type, event.receivedAt).map((ep) => {
     const t: DeliveryTask = {
       tenantId: event.tenantId,
       eventId: event.id,

@@ -1,5 +1,5 @@
 import { createQueue, createRedis, type RedisClient } from '@spillway/shared';
-import { type Job, Worker } from 'bullmq';
+import type { Job } from 'bullmq';
 import { bornAt } from '../config/incarnation.ts';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
@@ -20,7 +20,7 @@ import { SpillProducer } from '../spill/producer.ts';
 import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
 import { Engine } from './engine.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
-import { parkedUntil } from './park.ts';
+import { FetchGate, GatedWorker } from './fetch-gate.ts';
 import { Settler } from './settle.ts';
 
 /*
@@ -30,8 +30,9 @@ import { Settler } from './settle.ts';
  * (config.jobStalledIntervalMs).
  */
 /**
- * Jobs processed at once per queue. Each waits for room (Engine#room) before it is taken apart, so
- * this bounds claimed-but-unstarted work, not delivery. A job stays active while any of its tasks
+ * Jobs processed at once per queue. Each waits for room (Engine#room) before it is taken apart, and
+ * only FETCH_AHEAD of them may wait so (fetch-gate.ts); the rest of the slots are for jobs whose
+ * tasks are in lanes. A job stays active while any of its tasks
  * is in a lane; a stalled lane keeps only its requests on the wire (its tenant's concurrency), so a
  * hanging tenant holds at most that many of these slots and the rest keep other tenants moving.
  */
@@ -47,13 +48,17 @@ const CONCURRENCY = 256;
  * owns nothing: the tasks are the first run's. It waits for the first and ends as it ends (an error
  * fails the job, so BullMQ retries it; success completes it under the lock it holds).
  */
-export function oneRunPerJob<T>(run: (job: Job<T>) => Promise<void>): (job: Job<T>) => Promise<void> {
+export function oneRunPerJob<T>(
+  run: (job: Job<T>) => Promise<void>,
+  joined: (job: Job<T>) => void = () => {},
+): (job: Job<T>) => Promise<void> {
   const running = new Map<string, Promise<void>>();
   return async (job) => {
     const id = job.id ?? '';
     const first = running.get(id);
     if (first) {
       jobRerunsJoinedTotal.inc({ queue: job.queueName });
+      joined(job);
       return first;
     }
     const p = run(job);
@@ -111,7 +116,7 @@ export async function createWorker(
     await store.updateEndpoint(tid, eid, (ep) => {
       if (ep.status === 'disabled') return ep;
       changed = true;
-      return { ...ep, status: 'disabled', disabledReason: reason };
+      return { ...ep, status: 'disabled', disabledReason: reason, disabledAt: Date.now() };
     });
     // A new run of failures starts after the operator resumes it.
     await rt.redis.hdel(keys.endpointHealth(tid), eid);
@@ -186,13 +191,19 @@ export async function createWorker(
     settler,
   });
 
+  const intakeGate = new FetchGate();
+  const retryGate = new FetchGate();
+
   const processIntake = async (job: Job<IntakeJobData>) => {
     // Backpressure: a job is taken apart only while this worker has room for its tasks, so intake
     // work is claimed about as fast as it is delivered (see Engine#room), and only while its event
     // log keeps up (HistoryWriter#room: the records waiting for a send stay bounded).
     // The reservation counts events; fan-out may make more tasks of them, which the next claims see.
     const n = job.data.events.length;
-    const { events } = await parkedUntil(rt.redis, engine, job, history.room(), n);
+    const { events } = job.data;
+    await history.room();
+    await engine.room(n);
+    intakeGate.admitted(job);
     let reserved = n;
     try {
       const tasks: DeliveryTask[] = [];
@@ -254,7 +265,10 @@ export async function createWorker(
 
   const processRetry = async (job: Job<RetryJobData>) => {
     const n = job.data.tasks.length;
-    const tasks = (await parkedUntil(rt.redis, engine, job, undefined, n)).tasks.map(taskFromWire);
+    await engine.room(n);
+    retryGate.admitted(job);
+    const tasks = job.data.tasks.map(taskFromWire);
+    job.data = undefined as unknown as RetryJobData;
     await engine.hold(tasks, n);
     // The job lets go of its tasks (they were delivered, spilled, re-scheduled or dead-lettered).
     const perTenant = new Map<string, number>();
@@ -274,15 +288,17 @@ export async function createWorker(
   const intakeConn = createRedis(config.redis, { maxRetriesPerRequest: null });
   const retryConn = createRedis(config.redis, { maxRetriesPerRequest: null });
   for (const c of [intakeConn, retryConn]) c.on('error', () => {});
-  const intakeWorker = new Worker<IntakeJobData>(
+  const intakeWorker = new GatedWorker<IntakeJobData>(
     keys.intakeQueue,
-    oneRunPerJob(processIntake),
+    oneRunPerJob(processIntake, (job) => intakeGate.admitted(job)),
     workerOpts(intakeConn),
+    intakeGate,
   );
-  const retryWorker = new Worker<RetryJobData>(
+  const retryWorker = new GatedWorker<RetryJobData>(
     keys.retryQueue,
-    oneRunPerJob(processRetry),
+    oneRunPerJob(processRetry, (job) => retryGate.admitted(job)),
     workerOpts(retryConn),
+    retryGate,
   );
   for (const w of [intakeWorker, retryWorker]) {
     w.on('error', (err) => logger.warn({ err }, 'bullmq worker error'));
