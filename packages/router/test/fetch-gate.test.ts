@@ -62,7 +62,7 @@ async function setup(concurrency = 256) {
 describe('GatedWorker (fetch only what can get room soon)', () => {
   it(`holds FETCH_AHEAD (${FETCH_AHEAD}) jobs fetched without room; the rest stay waiting in Redis, untouched, and run once there is room`, async () => {
     const { queue, gate, room: r, ran, datas } = await setup();
-    const jobs = 5 * FETCH_AHEAD;
+    const jobs = 10 * FETCH_AHEAD;
     for (let k = 0; k < jobs; k++) await queue.add('batch', { k, pad: 'x'.repeat(200) }, { jobId: `j${k}` });
     await waitFor(async () => r.waiting === FETCH_AHEAD, 'the first jobs to wait for room', 10_000);
     // Give a loop without the gate every chance to fetch more (it would take all 40 at once).
@@ -71,15 +71,15 @@ describe('GatedWorker (fetch only what can get room soon)', () => {
     expect(gate.waiting).toBe(FETCH_AHEAD);
     const counts = await queue.getJobCounts('active', 'wait');
     expect(counts).toEqual({ active: FETCH_AHEAD, wait: jobs - FETCH_AHEAD });
-    // Room for three: the gate refills, and no further than one job per completion beyond it (a
-    // completing job may fetch its successor while the gate is open, as BullMQ does).
-    r.open(3);
-    await waitFor(async () => ran.length === 3, 'three jobs to run', 10_000);
+    // Room for those waiting: the gate refills, and no further than one job per completion beyond
+    // it (a completing job may fetch its successor while the gate is open, as BullMQ does).
+    r.open(FETCH_AHEAD);
+    await waitFor(async () => ran.length === FETCH_AHEAD, 'the waiting jobs to run', 10_000);
     await waitFor(async () => r.waiting >= FETCH_AHEAD, 'the gate to refill', 10_000);
     await new Promise((res) => setTimeout(res, 300));
-    expect(r.waiting).toBeLessThanOrEqual(FETCH_AHEAD + 3);
+    expect(r.waiting).toBeLessThanOrEqual(2 * FETCH_AHEAD);
     expect((await queue.getJobCounts('active')).active).toBe(r.waiting);
-    expect(datas.size).toBe(r.waiting + 3);
+    expect(datas.size).toBe(r.waiting + FETCH_AHEAD);
     // Room for all: every job runs once, with its own data.
     const drain = setInterval(() => r.open(), 20);
     try {

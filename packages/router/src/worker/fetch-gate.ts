@@ -2,11 +2,13 @@ import { type Job, type Processor, type RedisClient, Worker, type WorkerOptions 
 
 /**
  * Jobs a queue's worker holds fetched while they wait for room (Engine#room): enough that a job is
- * ready the moment room frees, few enough that waiting costs nothing. (A job that completes while
+ * ready the moment room frees, few enough that waiting costs nothing. (8 was measured too: a
+ * waiting job's parsed events then live long enough to be promoted, and fan-out at 10
+ * endpoints/event ran ~10 % slower than with parking; docs/benchmarks/profile.md.) (A job that completes while
  * the gate is open may fetch its successor with its completion, as BullMQ does, so a burst of
  * completions can overshoot it by one job each; the next fetch then waits.)
  */
-export const FETCH_AHEAD = 8;
+export const FETCH_AHEAD = 2;
 
 /**
  * Counts the jobs a worker has fetched that have not been given room yet, and holds the next fetch
