@@ -216,11 +216,6 @@ export class Engine {
     return new Promise<void>((resolve) => this.#roomWaiters.push({ n, resolve }));
   }
 
-  /** Whether room(n) would resolve at once (nobody waits before it and `n` more tasks fit now). */
-  hasRoom(n: number): boolean {
-    return this.#roomWaiters.length === 0 && this.#fits(n);
-  }
-
   /**
    * Whether `n` more tasks fit now (one job is always let in when nothing is held): within
    * maxTasks in all, and within the claim leaving out what slow lanes hold beyond their lookahead.

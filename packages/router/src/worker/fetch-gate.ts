@@ -2,11 +2,11 @@ import { type Job, type Processor, type RedisClient, Worker, type WorkerOptions 
 
 /**
  * Jobs a queue's worker holds fetched while they wait for room (Engine#room): enough that a job is
- * ready the moment room frees, few enough that waiting costs nothing. (8 was measured too: a
- * waiting job's parsed events then live long enough to be promoted, and fan-out at 10
- * endpoints/event ran ~10 % slower than with parking; docs/benchmarks/profile.md.) (A job that completes while
- * the gate is open may fetch its successor with its completion, as BullMQ does, so a burst of
- * completions can overshoot it by one job each; the next fetch then waits.)
+ * ready the moment room frees, few enough that waiting costs nothing. With 8, a waiting job's
+ * parsed events lived long enough to be promoted, and fan-out at 10 endpoints/event ran ~10 %
+ * slower than with parking (docs/benchmarks/profile.md, "Fetch only what can get room"). A job
+ * that completes while the gate is open may fetch its successor with its completion, as BullMQ
+ * does, so a burst of completions can overshoot it by one job each; the next fetch then waits.
  */
 export const FETCH_AHEAD = 2;
 
