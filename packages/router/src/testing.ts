@@ -15,5 +15,4 @@ export { type Role, type Started, start } from './roles/start.ts';
 export { SpillProducer } from './spill/producer.ts';
 export { Credits } from './worker/credits.ts';
 export { eventFromWire, eventToWire, fanOut, taskFromWire, taskToWire } from './worker/fanout.ts';
-export { FETCH_AHEAD, FetchGate, GatedWorker } from './worker/fetch-gate.ts';
-export { oneRunPerJob } from './worker/worker.ts';
+export { FETCH_AHEAD, FetchGate, GatedWorker, oneRunPerJob } from './worker/fetch-gate.ts';

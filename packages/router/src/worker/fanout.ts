@@ -118,7 +118,7 @@ export function taskFromWire(w: WireTask): DeliveryTask {
 export function subscribedEndpoints(
   endpoints: readonly Endpoint[],
   type: string,
-  receivedAt = Number.POSITIVE_INFINITY,
+  receivedAt: number,
 ): Endpoint[] {
   return endpoints.filter(
     (ep) =>

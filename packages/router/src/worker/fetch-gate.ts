@@ -1,4 +1,5 @@
-import { type Job, type Processor, type RedisClient, Worker, type WorkerOptions } from 'bullmq';
+import { type Job, type RedisClient, Worker, type WorkerOptions } from 'bullmq';
+import { jobRerunsJoinedTotal } from '../metrics.ts';
 
 /**
  * Jobs a queue's worker holds fetched while they wait for room (Engine#room): enough that a job is
@@ -73,7 +74,65 @@ export class FetchGate {
 }
 
 /**
- * A BullMQ worker that fetches only while its FetchGate is open. Three of BullMQ's worker methods
+ * How long this process remembers that a job's run succeeded. Well under KEYED_JOB_OPTS's hour: a
+ * keyed job added again after BullMQ dropped its finished record is a new job, never one of these.
+ */
+const FINISHED_MEMORY_MS = 5 * 60_000;
+/** At most this many finished job ids are remembered (the oldest are forgotten first). */
+const FINISHED_MEMORY_MAX = 50_000;
+
+/**
+ * One run per job id in this process. A lock renewal missed under load (the event loop late by a
+ * lock's length) lets BullMQ's stalled check move a job that this worker is still running back to
+ * wait, and this worker may claim it again. BullMQ tracks locks by job id, so when the first run
+ * finishes it also stops renewing the second run's lock: the second stalls in turn, a third starts,
+ * and every round delivered the job's tasks again (the 1 M storage benchmark saw 86 intake jobs run
+ * 14 times each, 8 % of all deliveries duplicated, still growing when it stopped). A second run
+ * owns nothing: the tasks are the first run's. It waits for the first and ends as it ends (an error
+ * fails the job, so BullMQ retries it; success completes it under the lock it holds).
+ *
+ * The same holds after the first run succeeded but its completion did not reach Redis before its
+ * lock lapsed (Redis down for longer than SPILLWAY_JOB_LOCK: the chaos redis-restart scenario
+ * delivered 1–3 events twice in most runs): every task of the job already reached its next owner,
+ * so a claim of it within FINISHED_MEMORY_MS ends at once, as a success, and delivers nothing.
+ * `joined` is told of each such run (GatedWorker: the job no longer waits for room).
+ */
+export function oneRunPerJob<T>(
+  run: (job: Job<T>) => Promise<void>,
+  joined: (job: Job<T>) => void = () => {},
+): (job: Job<T>) => Promise<void> {
+  const running = new Map<string, Promise<void>>();
+  /** Job id → when its run succeeded, oldest first. */
+  const finished = new Map<string, number>();
+  return async (job) => {
+    const id = job.id ?? '';
+    const first = running.get(id);
+    const now = Date.now();
+    const ended = finished.get(id);
+    if (first || (ended !== undefined && now - ended < FINISHED_MEMORY_MS)) {
+      jobRerunsJoinedTotal.inc({ queue: job.queueName });
+      joined(job);
+      return first;
+    }
+    const p = run(job);
+    running.set(id, p);
+    try {
+      await p;
+      finished.delete(id);
+      finished.set(id, Date.now());
+      for (const [k, at] of finished) {
+        if (finished.size <= FINISHED_MEMORY_MAX && now - at < FINISHED_MEMORY_MS) break;
+        finished.delete(k);
+      }
+    } finally {
+      running.delete(id);
+    }
+  };
+}
+
+/**
+ * A BullMQ worker that fetches only while its FetchGate is open, and runs each job id once at a
+ * time in this process (oneRunPerJob; a claim that joins another run no longer waits for room). Three of BullMQ's worker methods
  * are overridden (bullmq is pinned in package.json; `fetch-gate.test.ts` runs the real loop):
  *
  * - `moveToActive` (every fetch of the main loop goes through it) waits while the gate is closed.
@@ -89,8 +148,12 @@ export class GatedWorker<T> extends Worker<T> {
   readonly gate: FetchGate;
   #unstarted = 0;
 
-  constructor(name: string, processor: Processor<T>, opts: WorkerOptions, gate: FetchGate) {
-    super(name, processor, { ...opts, autorun: false });
+  constructor(name: string, run: (job: Job<T>) => Promise<void>, opts: WorkerOptions, gate: FetchGate) {
+    super(
+      name,
+      oneRunPerJob(run, (job) => gate.admitted(job)),
+      { ...opts, autorun: false },
+    );
     this.gate = gate;
     this.run().catch((err) => this.emit('error', err as Error));
   }

@@ -5,7 +5,7 @@ import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
 import { HistoryWriter } from '../history/writer.ts';
 import { type IntakeJobData, promoteDedup, type SeenId } from '../intake/intake.ts';
-import { endpointsDisabledTotal, jobRerunsJoinedTotal, tasksDiscardedTotal } from '../metrics.ts';
+import { endpointsDisabledTotal, tasksDiscardedTotal } from '../metrics.ts';
 import { Notifier } from '../notify/notifier.ts';
 import { type OrderedFanout, OrderedStore } from '../ordering/store.ts';
 import { TenantCounters } from '../records/counters.ts';
@@ -37,63 +37,6 @@ import { Settler } from './settle.ts';
  * hanging tenant holds at most that many of these slots and the rest keep other tenants moving.
  */
 const CONCURRENCY = 256;
-
-/**
- * How long this process remembers that a job's run succeeded. Well under KEYED_JOB_OPTS's hour: a
- * keyed job added again after BullMQ dropped its finished record is a new job, never one of these.
- */
-const FINISHED_MEMORY_MS = 5 * 60_000;
-/** At most this many finished job ids are remembered (the oldest are forgotten first). */
-const FINISHED_MEMORY_MAX = 50_000;
-
-/**
- * One run per job id in this process. A lock renewal missed under load (the event loop late by a
- * lock's length) lets BullMQ's stalled check move a job that this worker is still running back to
- * wait, and this worker may claim it again. BullMQ tracks locks by job id, so when the first run
- * finishes it also stops renewing the second run's lock: the second stalls in turn, a third starts,
- * and every round delivered the job's tasks again (the 1 M storage benchmark saw 86 intake jobs run
- * 14 times each, 8 % of all deliveries duplicated, still growing when it stopped). A second run
- * owns nothing: the tasks are the first run's. It waits for the first and ends as it ends (an error
- * fails the job, so BullMQ retries it; success completes it under the lock it holds).
- *
- * The same holds after the first run succeeded but its completion did not reach Redis before its
- * lock lapsed (Redis down for longer than SPILLWAY_JOB_LOCK: the chaos redis-restart scenario
- * delivered 1–3 events twice in most runs): every task of the job already reached its next owner,
- * so a claim of it within FINISHED_MEMORY_MS ends at once, as a success, and delivers nothing.
- * `joined` is told of each such run (the job no longer waits for room).
- */
-export function oneRunPerJob<T>(
-  run: (job: Job<T>) => Promise<void>,
-  joined: (job: Job<T>) => void = () => {},
-): (job: Job<T>) => Promise<void> {
-  const running = new Map<string, Promise<void>>();
-  /** Job id → when its run succeeded, oldest first. */
-  const finished = new Map<string, number>();
-  return async (job) => {
-    const id = job.id ?? '';
-    const first = running.get(id);
-    const now = Date.now();
-    const ended = finished.get(id);
-    if (first || (ended !== undefined && now - ended < FINISHED_MEMORY_MS)) {
-      jobRerunsJoinedTotal.inc({ queue: job.queueName });
-      joined(job);
-      return first;
-    }
-    const p = run(job);
-    running.set(id, p);
-    try {
-      await p;
-      finished.delete(id);
-      finished.set(id, Date.now());
-      for (const [k, at] of finished) {
-        if (finished.size <= FINISHED_MEMORY_MAX && now - at < FINISHED_MEMORY_MS) break;
-        finished.delete(k);
-      }
-    } finally {
-      running.delete(id);
-    }
-  };
-}
 
 /** On close, how long requests already on the wire may take before they are ended (and retried). */
 const SHUTDOWN_GRACE_MS = 5000;
@@ -314,13 +257,13 @@ export async function createWorker(
   for (const c of [intakeConn, retryConn]) c.on('error', () => {});
   const intakeWorker = new GatedWorker<IntakeJobData>(
     keys.intakeQueue,
-    oneRunPerJob(processIntake, (job) => intakeGate.admitted(job)),
+    processIntake,
     workerOpts(intakeConn),
     intakeGate,
   );
   const retryWorker = new GatedWorker<RetryJobData>(
     keys.retryQueue,
-    oneRunPerJob(processRetry, (job) => retryGate.admitted(job)),
+    processRetry,
     workerOpts(retryConn),
     retryGate,
   );
