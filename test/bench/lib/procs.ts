@@ -7,12 +7,6 @@ import { fileURLToPath } from 'node:url';
 
 const live = new Set<ChildProcess>();
 
-// kafkajs 2.2.4 schedules a timer with a negative delay on every response (a known, harmless bug):
-// keep that one warning out of the benchmark and chaos output, print every other as Node would.
-process.removeAllListeners('warning');
-process.on('warning', (w) => {
-  if (w.name !== 'TimeoutNegativeWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
-});
 
 function killAll(): void {
   for (const c of live) {
