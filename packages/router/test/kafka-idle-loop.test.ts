@@ -26,7 +26,11 @@ async function requestQueueTimers(ms: number): Promise<number> {
 }
 
 describe('kafkajs request queue (patched: no timer loop on an idle connection)', () => {
-  const kafka: KafkaType = new Kafka({ clientId: randomPrefix('idle'), brokers: BROKERS, logLevel: logLevel.NOTHING });
+  const kafka: KafkaType = new Kafka({
+    clientId: randomPrefix('idle'),
+    brokers: BROKERS,
+    logLevel: logLevel.NOTHING,
+  });
   const admin = kafka.admin();
   afterAll(() => admin.disconnect());
 

@@ -7,7 +7,6 @@ import { fileURLToPath } from 'node:url';
 
 const live = new Set<ChildProcess>();
 
-
 function killAll(): void {
   for (const c of live) {
     if (c.exitCode === null && c.signalCode === null && c.pid) {
