@@ -126,4 +126,28 @@ describe('ConfigStore.readTenantConfig (the fan-out read, once per job)', () => 
     expect((await store.readTenantConfig('t1')).endpoints.map((e) => e.id)).toEqual(['a']);
     expect(await store.readTenantConfig('nobody')).toEqual({ tenant: undefined, endpoints: [] });
   });
+
+  it("reads several tenants in one pipeline with each tenant's extra commands, results per tenant", async () => {
+    const rt = await runtime();
+    const store = await storeOn(rt);
+    await makeTenant(store, {}, 't2');
+    await makeEndpoint(store, 't1', 'http://127.0.0.1:9/a', { id: 'a' });
+    await makeEndpoint(store, 't2', 'http://127.0.0.1:9/b', { id: 'b' });
+    await rt.redis.set(rt.keys.tenant('t2') + ':x', 'two');
+    const calls: string[] = [];
+    const read = await store.readTenantConfigs(['t1', 't2', 'nobody'], (pipe, tid) => {
+      calls.push(tid);
+      pipe.get(`${rt.keys.tenant(tid)}:x`);
+      if (tid === 't1') pipe.hincrby(rt.keys.tenant(tid), 'f', 1); // a string key: WRONGTYPE
+    });
+    expect(calls).toEqual(['t1', 't2', 'nobody']);
+    expect(read.configs.get('t1')!.endpoints.map((e) => e.id)).toEqual(['a']);
+    expect(read.configs.get('t2')!.endpoints.map((e) => e.id)).toEqual(['b']);
+    expect(read.configs.get('nobody')).toEqual({ tenant: undefined, endpoints: [] });
+    // The extra commands' results, errors included, are the caller's; the config still reads.
+    expect(read.also.get('t2')).toEqual([[null, 'two']]);
+    expect(read.also.get('t1')![0]).toEqual([null, null]);
+    expect(read.also.get('t1')![1]![0]).toBeInstanceOf(Error);
+    expect(read.also.get('nobody')).toEqual([[null, null]]);
+  });
 });

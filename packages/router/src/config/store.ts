@@ -12,8 +12,16 @@ import {
   type Source,
   type SourceDirectory,
   type Tenant,
+  tenantTag,
 } from '@spillway/shared';
 import { withCommands } from '../commands/index.ts';
+import { type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
+
+/** A tenant and its endpoints as stored (readTenantConfig). */
+export interface TenantConfig {
+  tenant: Tenant | undefined;
+  endpoints: Endpoint[];
+}
 
 /**
  * Tenants, endpoints and sources, stored in Redis:
@@ -231,27 +239,52 @@ export class ConfigStore {
 
   /**
    * The tenant and its endpoints as stored now, in ONE round trip (both keys carry the tenant's
-   * hash tag). The worker's fan-out reads this per job (read-your-writes: an endpoint created
-   * before an event was accepted gets the event). A record whose stored form has not changed comes
-   * back as the same frozen object as last time: no JSON parse or secret decryption per job, and
-   * what delivery caches per endpoint object (its plan) keeps hitting. The memo is bounded
-   * (FRESH_MEMO_BYTES of stored forms; past it, it starts over).
+   * hash tag). A record whose stored form has not changed comes back as the same frozen object as
+   * last time: no JSON parse or secret decryption per job, and what delivery caches per endpoint
+   * object (its plan) keeps hitting. The memo is bounded (FRESH_MEMO_BYTES of stored forms; past
+   * it, it starts over).
    */
-  async readTenantConfig(tenantId: string): Promise<{ tenant: Tenant | undefined; endpoints: Endpoint[] }> {
-    const res = await this.#redis
-      .pipeline()
-      .get(this.#keys.tenant(tenantId))
-      .hgetall(this.#keys.endpoints(tenantId))
-      .exec();
-    const [tErr, tRaw] = res![0]!;
-    const [eErr, eRaw] = res![1]!;
-    if (tErr) throw tErr;
-    if (eErr) throw eErr;
-    const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, this.#openTenant) : undefined;
-    const endpoints = Object.values(eRaw as Record<string, string>)
-      .map((r) => this.#memoized(r, this.#openEndpoint))
-      .sort(byCreation);
-    return { tenant, endpoints };
+  async readTenantConfig(tenantId: string): Promise<TenantConfig> {
+    const { configs } = await this.readTenantConfigs([tenantId]);
+    return configs.get(tenantId)!;
+  }
+
+  /**
+   * readTenantConfig for several tenants in one round trip (one pipeline per hash tag on a
+   * cluster): the worker's fan-out reads every tenant of a job this way (read-your-writes: an
+   * endpoint created before an event was accepted gets the event). `also` queues more commands of a
+   * tenant on the same pipeline (its keys must carry the tenant's hash tag); their results come back
+   * per tenant, errors included, and are the caller's to judge. A failed config read throws.
+   */
+  async readTenantConfigs(
+    tenantIds: readonly string[],
+    also?: (pipe: Pipe, tenantId: string) => void,
+  ): Promise<{ configs: Map<string, TenantConfig>; also: Map<string, PipeResult[]> }> {
+    const res = await pipelineByTag(
+      this.#redis,
+      tenantIds,
+      (tid) => tenantTag(tid),
+      (pipe, tid) => {
+        pipe.get(this.#keys.tenant(tid)).hgetall(this.#keys.endpoints(tid));
+        also?.(pipe, tid);
+      },
+    );
+    const configs = new Map<string, TenantConfig>();
+    const rest = new Map<string, PipeResult[]>();
+    tenantIds.forEach((tid, i) => {
+      const r = res[i]!;
+      const [tErr, tRaw] = r[0]!;
+      const [eErr, eRaw] = r[1]!;
+      if (tErr) throw tErr;
+      if (eErr) throw eErr;
+      const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, this.#openTenant) : undefined;
+      const endpoints = Object.values(eRaw as Record<string, string>)
+        .map((raw) => this.#memoized(raw, this.#openEndpoint))
+        .sort(byCreation);
+      configs.set(tid, { tenant, endpoints });
+      rest.set(tid, r.slice(2));
+    });
+    return { configs, also: rest };
   }
 
   #memoized<T extends object>(raw: string, open: (raw: string) => T): T {

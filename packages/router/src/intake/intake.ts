@@ -24,7 +24,7 @@ import {
   fingerprint,
   MASK_WORDS,
 } from '../records/fingerprints.ts';
-import { firstError, groupByTenant, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
+import { firstError, groupByTenant, type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
 /** Data of one intake job: a group-committed batch of accepted events. */
@@ -400,30 +400,42 @@ export async function promoteDedup(
   windowMs: number,
   check: boolean,
 ): Promise<PipeResult[][]> {
-  const r = withCommands(redis);
-  const { slot, back, ttlMs } = dedupSlots(windowMs);
   return pipelineByTag(
-    r,
+    withCommands(redis),
     groupByTenant(ids, (e) => e.tenantId),
     ([tenantId]) => tenantTag(tenantId),
-    (pipe, [tenantId, evs]) => {
-      (pipe as unknown as PipeCommands).dedupPromote(
-        keys.dedupBase(tenantId),
-        ttlMs,
-        slot,
-        back,
-        DEDUP_PER_BUCKET,
-        check ? 1 : 0,
-        MASK_WORDS,
-        ...evs.flatMap((e) => [e.fp.dedup, e.fp.bucket]),
-      );
-      const keyed = evs.flatMap((e) =>
-        e.order ? [keys.orderEvent(tenantId, e.order.eventId), keys.orderKey(tenantId, e.order.key)] : [],
-      );
-      if (keyed.length > 0)
-        (pipe as unknown as PipeCommands).ordAccept(keyed.length, ...keyed, ORDER_TTL_MS, ORDER_EVENT_TTL_MS);
-    },
+    (pipe, [tenantId, evs]) => queueDedupPromote(pipe, keys, tenantId, evs, windowMs, check),
   );
+}
+
+/**
+ * One tenant's part of promoteDedup, queued on a pipeline of a client that has the router's
+ * commands (`withCommands`): the worker sends it in the round trip that reads the job's tenants.
+ */
+export function queueDedupPromote(
+  pipe: Pipe,
+  keys: Keys,
+  tenantId: string,
+  evs: readonly SeenId[],
+  windowMs: number,
+  check: boolean,
+): void {
+  const { slot, back, ttlMs } = dedupSlots(windowMs);
+  (pipe as unknown as PipeCommands).dedupPromote(
+    keys.dedupBase(tenantId),
+    ttlMs,
+    slot,
+    back,
+    DEDUP_PER_BUCKET,
+    check ? 1 : 0,
+    MASK_WORDS,
+    ...evs.flatMap((e) => [e.fp.dedup, e.fp.bucket]),
+  );
+  const keyed = evs.flatMap((e) =>
+    e.order ? [keys.orderEvent(tenantId, e.order.eventId), keys.orderKey(tenantId, e.order.key)] : [],
+  );
+  if (keyed.length > 0)
+    (pipe as unknown as PipeCommands).ordAccept(keyed.length, ...keyed, ORDER_TTL_MS, ORDER_EVENT_TTL_MS);
 }
 
 /** Tells `spillway:router:intake-commit` subscribers how a group commit ended. */

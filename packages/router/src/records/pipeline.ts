@@ -1,7 +1,7 @@
 import type { RedisClient } from '@spillway/shared';
 import { Cluster } from 'ioredis';
 
-type Pipe = ReturnType<RedisClient['pipeline']>;
+export type Pipe = ReturnType<RedisClient['pipeline']>;
 export type PipeResult = [Error | null, unknown];
 
 /**

@@ -1,6 +1,7 @@
 import { type BatchPolicy, type Endpoint, type Logger, retryForever, type Tenant } from '@spillway/shared';
 import type { ConfigCache, ConfigStore } from '../config/store.ts';
 import { addGaugeSource } from '../metrics.ts';
+import type { Pipe, PipeResult } from '../records/pipeline.ts';
 import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
 import type { AttemptOutcome, DeliveryPort } from './deliver.ts';
@@ -41,7 +42,7 @@ export interface EngineDeps {
   bodyBudgetBytes?: number;
   logger: Logger;
   cache: ConfigCache;
-  /** Read past the cache for fan-out (freshView). */
+  /** Read past the cache for fan-out (freshViews). */
   store?: ConfigStore;
   delivery: DeliveryPort;
   spill: SpillProducer;
@@ -152,15 +153,25 @@ export class Engine {
   }
 
   /**
-   * Loads the tenant and its endpoints straight from Redis (past the cache) and makes that the
-   * view. Fan-out uses it: an endpoint created just before an event was accepted must get the
-   * event, even if this worker has not heard of the endpoint yet (pub/sub lag, cache TTL).
+   * Loads each tenant and its endpoints straight from Redis (past the cache), all in one round
+   * trip, and makes them the views. Fan-out uses it: an endpoint created just before an event was
+   * accepted must get the event, even if this worker has not heard of the endpoint yet (pub/sub
+   * lag, cache TTL). `also` rides the same round trip (ConfigStore.readTenantConfigs); without a
+   * store (tests) the views come through the cache and `also` is not sent.
    */
-  async freshView(tid: string): Promise<TenantView> {
+  async freshViews(
+    tids: readonly string[],
+    also?: (pipe: Pipe, tid: string) => void,
+  ): Promise<{ views: Map<string, TenantView>; also: Map<string, PipeResult[]> }> {
     const store = this.#d.store;
-    if (!store) return this.view(tid);
-    const { tenant, endpoints } = await store.readTenantConfig(tid);
-    return this.#setView(tid, tenant, endpoints);
+    const views = new Map<string, TenantView>();
+    if (!store) {
+      for (const tid of tids) views.set(tid, await this.view(tid));
+      return { views, also: new Map() };
+    }
+    const read = await store.readTenantConfigs(tids, also);
+    for (const [tid, c] of read.configs) views.set(tid, this.#setView(tid, c.tenant, c.endpoints));
+    return { views, also: read.also };
   }
 
   #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[]): TenantView {

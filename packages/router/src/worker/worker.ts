@@ -1,10 +1,11 @@
 import { createQueue, createRedis, type RedisClient } from '@spillway/shared';
 import type { Job } from 'bullmq';
+import { withCommands } from '../commands/index.ts';
 import { bornAt } from '../config/incarnation.ts';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
 import { HistoryWriter } from '../history/writer.ts';
-import { type IntakeJobData, promoteDedup, type SeenId } from '../intake/intake.ts';
+import { type IntakeJobData, queueDedupPromote, type SeenId } from '../intake/intake.ts';
 import { endpointsDisabledTotal, tasksDiscardedTotal } from '../metrics.ts';
 import { Notifier } from '../notify/notifier.ts';
 import { type OrderedFanout, OrderedStore } from '../ordering/store.ts';
@@ -59,6 +60,8 @@ export async function createWorker(
   opts: { delivery?: DeliveryPort } = {},
 ): Promise<WorkerHandle> {
   const { config, keys, logger } = rt;
+  // The router's Lua commands on the main connection's pipelines (fan-out queues its dedup promote there).
+  withCommands(rt.redis);
   const store = new ConfigStore(rt.redis, keys, rt.secrets);
   const cache = new ConfigCache(store, { ttlMs: 500 });
   const sub = createRedis(config.redis, { maxRetriesPerRequest: null });
@@ -174,32 +177,43 @@ export async function createWorker(
     let reserved = n;
     try {
       const tasks: DeliveryTask[] = [];
-      const seen: SeenId[] = [];
       const keyed: OrderedFanout[] = [];
-      // Fan out on config read after the events were accepted (one read per tenant per job), not on
-      // this worker's possibly older view: "create an endpoint, then send" always reaches it.
-      const tids = [...new Set(events.map((w) => w.t))];
-      const views = new Map(
-        await Promise.all(tids.map(async (tid) => [tid, await engine.freshView(tid)] as const)),
+      // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
+      // only if not seen yet). It rides the round trip that reads the job's tenants; best-effort,
+      // it owns nothing (a failure is logged).
+      const fps = events.map((w) => fingerprint(w.i));
+      const seen = new Map<string, SeenId[]>();
+      events.forEach((w, i) => {
+        const id = { tenantId: w.t, fp: fps[i]! };
+        const s = seen.get(w.t);
+        if (s) s.push(id);
+        else seen.set(w.t, [id]);
+      });
+      // Fan out on config read after the events were accepted (every tenant of the job in one
+      // round trip), not on this worker's possibly older view: "create an endpoint, then send"
+      // always reaches it.
+      const read = await engine.freshViews([...seen.keys()], (pipe, tid) =>
+        queueDedupPromote(pipe, keys, tid, seen.get(tid)!, config.dedupWindowMs, true),
       );
-      for (const w of events) {
-        const v = views.get(w.t)!;
+      for (const [tid, res] of read.also)
+        for (const [err] of res)
+          if (err) logger.warn({ err, tenantId: tid }, 'dedup promote at fan-out failed');
+      events.forEach((w, i) => {
+        const v = read.views.get(w.t)!;
         if (!v.tenant || w.r < bornAt(v.tenant)) {
           // Accepted, then its tenant was deleted before fan-out (and maybe created again under
           // its id: the event is the earlier owner's, not the new one's): the one explicit discard.
           tasksDiscardedTotal.inc({ reason: 'tenant_deleted' });
           logger.warn({ tenantId: w.t, eventId: w.i }, 'event of a deleted tenant discarded');
-          continue;
+          return;
         }
         const ev = eventFromWire(w);
         const ts = fanOut(ev, [...v.endpoints.values()]);
-        const fp = fingerprint(ev.id);
-        seen.push({ tenantId: ev.tenantId, fp });
         // The event log: batched, one produce per flush; nothing here waits for it.
         history.event(
           ev,
           ts.map((t) => t.endpointId),
-          fp,
+          fps[i]!,
         );
         if (ev.orderingKey === undefined) tasks.push(...ts);
         else {
@@ -210,16 +224,11 @@ export async function createWorker(
           keyed.push({ tenantId: ev.tenantId, eventId: ev.id, key: ev.orderingKey, tasks: inOrder, wake });
           for (const t of ts) if (!inOrder.includes(t)) tasks.push(t);
         }
-      }
+      });
       // Taken apart: the tasks hold what they need of the events. The job stays active until its
       // last task has left memory (a second under load, longer under a backlog) and keeps nothing
       // parsed meanwhile; a retried job is read again from its hash.
       job.data = undefined as unknown as IntakeJobData;
-      // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
-      // only if not seen yet), not waited for. Best-effort: it owns nothing.
-      void promoteDedup(rt.redis, keys, seen, config.dedupWindowMs, true).catch((err) =>
-        logger.warn({ err }, 'dedup promote at fan-out failed'),
-      );
       // The ordered store owns its tasks once this returns (the job still holds them until then).
       await ordered.fanout(keyed);
       const held = engine.hold(tasks, reserved);
