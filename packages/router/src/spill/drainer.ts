@@ -37,8 +37,25 @@ type State = 'new' | 'running' | 'done';
 /** One record of the look-ahead; it is the task's Owner while the task is in memory. */
 interface Entry extends Owner {
   offset: string;
+  /** The record's key: its tenant (the producer keys every record by it). */
+  tenantId: string;
+  /** The record as read; re-appended as is while the entry is blocked. */
+  raw: Buffer;
+  /** Parsed when the entry is first offered (a blocked tenant's other records never are). */
   task: DeliveryTask | undefined;
   state: State;
+}
+
+/** The entry's task, parsed on first use; undefined (and the entry done) when it cannot be read. */
+function taskOf(e: Entry): DeliveryTask | undefined {
+  if (e.task || e.state === 'done') return e.task;
+  try {
+    e.task = taskFromWire(JSON.parse(e.raw.toString()) as WireTask);
+    if (e.tenantId === '') e.tenantId = e.task.tenantId;
+  } catch {
+    e.state = 'done';
+  }
+  return e.task;
 }
 
 export interface DrainerOptions {
@@ -131,24 +148,28 @@ export class Drainer {
     commitOffsetsIfNecessary,
   }: EachBatchPayload): Promise<void> {
     const { engine, logger, producer } = this.#o;
-    const entries: Entry[] = batch.messages.map((m) => {
-      let task: DeliveryTask | undefined;
-      try {
-        task = taskFromWire(JSON.parse(String(m.value)) as WireTask);
-      } catch {
-        logger.error({ partition: batch.partition, offset: m.offset }, 'unreadable spill record skipped');
-      }
+    // Records are parsed only when offered: a blocked tenant's records after its first are
+    // skipped by their key and re-appended as they were read (a flood's look-ahead costs no parse,
+    // body decode or serialisation per record per pass).
+    const unreadable = (m: { offset: string }) =>
+      logger.error({ partition: batch.partition, offset: m.offset }, 'unreadable spill record skipped');
+    const entries: Entry[] = [];
+    for (const m of batch.messages) {
       const e: Entry = {
         offset: m.offset,
-        task,
-        state: task ? 'new' : 'done',
+        tenantId: m.key?.toString() ?? '',
+        raw: m.value ?? Buffer.alloc(0),
+        task: undefined,
+        state: 'new',
         settle: () => {
           e.state = 'done';
           wake();
         },
       };
-      return e;
-    });
+      // A record without a key (none is written so) is read at once for its tenant.
+      if (e.tenantId === '' && !taskOf(e)) unreadable(m);
+      entries.push(e);
+    }
     const started = Date.now();
     // kafkajs's highWatermark is the partition's next offset when the batch was fetched.
     const lastOffset = entries.length > 0 ? BigInt(entries.at(-1)!.offset) : -1n;
@@ -163,7 +184,7 @@ export class Drainer {
     const unsub = engine.onWake(() => wake());
     try {
       // Config of every tenant in the look-ahead, so admission decisions are synchronous.
-      const tenants = [...new Set(entries.flatMap((e) => (e.task ? [e.task.tenantId] : [])))];
+      const tenants = [...new Set(entries.flatMap((e) => (e.state === 'new' ? [e.tenantId] : [])))];
       const loaded = await retryForever(
         async () => {
           await Promise.all(tenants.map((t) => engine.view(t)));
@@ -185,10 +206,15 @@ export class Drainer {
         const refused = new Set<string>();
         for (const e of leaving ? [] : entries) {
           if (e.state !== 'new') continue;
-          const tid = e.task!.tenantId;
+          const tid = e.tenantId;
           if (refused.has(tid)) continue;
+          const task = taskOf(e);
+          if (!task) {
+            unreadable(e);
+            continue;
+          }
           e.state = 'running';
-          const a = engine.tryAdmit(e.task!, e);
+          const a = engine.tryAdmit(task, e);
           if (a === 'blocked') {
             e.state = 'new';
             refused.add(tid);
@@ -227,7 +253,7 @@ export class Drainer {
             const blocked = entries.filter((e) => e.state === 'new');
             // Produce first, then resolve: the old offset stays the owner until the copy is acked.
             // (The tenant's spilled count is unchanged: one record replaces another.)
-            await Promise.all(blocked.map((e) => producer.spill(e.task!)));
+            await Promise.all(blocked.map((e) => producer.respill(e.tenantId, e.raw)));
             for (const e of blocked) e.state = 'done';
             this.reappended += blocked.length;
             spillReappendedTotal.inc(blocked.length);

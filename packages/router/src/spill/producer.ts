@@ -1,7 +1,7 @@
 import { channels, ListWriter, type Logger, retryForever } from '@spillway/shared';
 import type { Kafka, Producer } from 'kafkajs';
 import { spillProducedTotal } from '../metrics.ts';
-import { type DeliveryTask, taskToWire } from '../worker/fanout.ts';
+import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
 
 const FLUSH_MS = 2;
 const MAX_BATCH = 500;
@@ -13,7 +13,11 @@ const MAX_BATCH = 500;
 const MAX_SEND_BYTES = 128 * 1024;
 
 interface Item {
-  task: DeliveryTask;
+  /** The tenant: the record's key. */
+  key: string;
+  /** A task to serialise when its send starts, or a record's value to append as it is. */
+  task?: DeliveryTask;
+  value?: Buffer;
   resolve: () => void;
 }
 
@@ -56,7 +60,18 @@ export class SpillProducer {
   spill(task: DeliveryTask): Promise<void> {
     if (this.#closed) return Promise.reject(new Error('spill producer closed'));
     return new Promise<void>((resolve) => {
-      this.#writer.add({ task, resolve });
+      this.#writer.add({ key: task.tenantId, task, resolve });
+    });
+  }
+
+  /**
+   * Appends a spill record again exactly as it was read (the drainer's blocked look-ahead, which
+   * never parsed it): no parse, body decode or serialisation. Resolves like `spill()`.
+   */
+  respill(tenantId: string, value: Buffer): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error('spill producer closed'));
+    return new Promise<void>((resolve) => {
+      this.#writer.add({ key: tenantId, value, resolve });
     });
   }
 
@@ -84,20 +99,21 @@ export class SpillProducer {
   /** Sends one taken batch in requests of ≤ MAX_SEND_BYTES of values, one after the other. */
   async #sendAll(batch: Item[]): Promise<void> {
     let i = 0;
-    let next: string | undefined;
+    let next: string | Buffer | undefined;
     while (i < batch.length) {
       const items: Item[] = [];
-      const values: string[] = [];
+      const values: (string | Buffer)[] = [];
       let bytes = 0;
       for (; i < batch.length; i++) {
-        const value = next ?? JSON.stringify(taskToWire(batch[i]!.task));
+        const it = batch[i]!;
+        const value = next ?? it.value ?? JSON.stringify(taskToWire(it.task!));
         next = undefined;
         // A record larger than the limit goes alone; otherwise it starts the next send.
         if (bytes > 0 && bytes + value.length > MAX_SEND_BYTES) {
           next = value;
           break;
         }
-        items.push(batch[i]!);
+        items.push(it);
         values.push(value);
         bytes += value.length;
       }
@@ -105,8 +121,8 @@ export class SpillProducer {
     }
   }
 
-  async #send(batch: Item[], values: string[], bytes: number): Promise<void> {
-    const messages = batch.map((it, i) => ({ key: it.task.tenantId, value: values[i]! }));
+  async #send(batch: Item[], values: (string | Buffer)[], bytes: number): Promise<void> {
+    const messages = batch.map((it, i) => ({ key: it.key, value: values[i]! }));
     await retryForever(
       async () => {
         const producer = await this.#connect();
@@ -117,11 +133,16 @@ export class SpillProducer {
           channels.spill.publish({
             records: batch.length,
             bytes,
-            tasks: batch.map(({ task: t }) => ({
-              tenantId: t.tenantId,
-              eventId: t.eventId,
-              endpointId: t.endpointId,
-            })),
+            tasks: batch.map((it, i) => {
+              if (it.task)
+                return { tenantId: it.key, eventId: it.task.eventId, endpointId: it.task.endpointId };
+              // A re-appended record is read here only for the listener (a diagnostic).
+              let w: WireTask | undefined;
+              try {
+                w = JSON.parse(values[i]!.toString()) as WireTask;
+              } catch {}
+              return { tenantId: it.key, eventId: w?.e?.i ?? '', endpointId: w?.p ?? '' };
+            }),
           });
         }
         for (const it of batch) it.resolve();
