@@ -1,4 +1,4 @@
-import type { Source } from '@spillway/shared';
+import { createRedis, type Source } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeTenant, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
 import { ConfigCache, ConfigStore, type Runtime } from '../src/index.ts';
@@ -149,5 +149,56 @@ describe('ConfigStore.readTenantConfig (the fan-out read, once per job)', () => 
     expect(read.also.get('t1')![0]).toEqual([null, null]);
     expect(read.also.get('t1')![1]![0]).toBeInstanceOf(Error);
     expect(read.also.get('nobody')).toEqual([[null, null]]);
+  });
+});
+
+describe('ConfigCache.close', () => {
+  it('still hears changes after its subscriber reconnected (it subscribes again itself)', async () => {
+    const rt = await runtime();
+    const store = await storeOn(rt);
+    const cache = new ConfigCache(store, { ttlMs: 60_000 });
+    const sub = createRedis(rt.config.redis, { maxRetriesPerRequest: null });
+    sub.on('error', () => {});
+    await cache.subscribe(sub, rt.keys);
+    cleanup.push(() => cache.close());
+    const heard: string[] = [];
+    cache.onChange((c) => heard.push(c.tenantId));
+    const ready = new Promise((r) => sub.once('ready', r));
+    sub.disconnect(true);
+    await ready;
+    // The subscription is back once a publish reaches us; keep changing until one does.
+    for (let i = 0; i < 50 && heard.length === 0; i++) {
+      await store.updateTenant('t1', (t) => ({ ...t, name: `n${i}` }));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(heard).toContain('t1');
+  });
+
+  it('leaves no rejected command behind when it closes while a resubscribe after a reconnect is unanswered', async () => {
+    const rt = await runtime();
+    const cache = new ConfigCache(new ConfigStore(rt.redis, rt.keys, rt.secrets), { ttlMs: 500 });
+    // No ready check: "ready" comes at connect, so the resubscribe is sent while Redis is paused.
+    const sub = createRedis(rt.config.redis, { maxRetriesPerRequest: null, enableReadyCheck: false });
+    sub.on('error', () => {});
+    await cache.subscribe(sub, rt.keys);
+    const stray: unknown[] = [];
+    const onStray = (err: unknown) => stray.push(err);
+    process.on('unhandledRejection', onStray);
+    try {
+      // A reconnect (Redis restarted, a network blip) while Redis answers nothing for a moment:
+      // the resubscribe waits for its reply when the process shuts down. ioredis's own resubscribe
+      // has no one holding its promise, so closing rejected it ("Connection is closed.") unhandled.
+      await rt.redis.call('CLIENT', 'PAUSE', '400', 'ALL');
+      const closed = new Promise<void>((resolve) =>
+        sub.once('ready', () => setImmediate(() => void cache.close().then(resolve))),
+      );
+      sub.disconnect(true);
+      await closed;
+      await new Promise((r) => setTimeout(r, 600));
+    } finally {
+      process.off('unhandledRejection', onStray);
+    }
+    expect(stray).toEqual([]);
+    expect(sub.status).toBe('end');
   });
 });

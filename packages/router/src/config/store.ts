@@ -542,6 +542,19 @@ export class ConfigCache implements SourceDirectory {
   /** Subscribes to changes on a dedicated connection (`sub` must not be used for anything else). */
   async subscribe(sub: RedisClient, keys: Keys, logger?: Logger): Promise<void> {
     this.#sub = sub;
+    // After a reconnect ioredis subscribes again by itself, on a promise no one holds: closing
+    // while that reply was on the way rejected it ("Connection is closed.") as an unhandled
+    // rejection (seen in CI: a role shut down just after Redis came back). So this cache subscribes
+    // again itself on every "ready", its failure logged.
+    // (On Redis Cluster the option is not read and both subscribe: twice to a channel is once.)
+    (sub.options as { autoResubscribe?: boolean }).autoResubscribe = false;
+    sub.on('ready', () => {
+      if (this.#sub !== sub) return;
+      sub.subscribe(keys.changes).catch((err: unknown) => {
+        if (this.#sub === sub)
+          logger?.warn({ err }, 'config changes: could not subscribe again after a reconnect');
+      });
+    });
     sub.on('message', (_channel: string, message: string) => {
       let change: Change;
       try {
