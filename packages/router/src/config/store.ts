@@ -14,7 +14,7 @@ import {
   type Tenant,
   tenantTag,
 } from '@spillway/shared';
-import { withCommands } from '../commands/index.ts';
+import { type RouterCommands, withCommands } from '../commands/index.ts';
 import { type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
 
 /** A tenant and its endpoints as stored (readTenantConfig). */
@@ -111,7 +111,7 @@ function byCreation(a: Endpoint, b: Endpoint): number {
 }
 
 export class ConfigStore {
-  readonly #redis: RedisClient;
+  readonly #redis: RedisClient & RouterCommands;
   readonly #keys: Keys;
   readonly #box: SecretBox;
   /** Stored form → the frozen record it opens to (readTenantConfig), and the forms' length. */
@@ -119,7 +119,8 @@ export class ConfigStore {
   #freshBytes = 0;
 
   constructor(redis: RedisClient, keys: Keys, secrets: SecretBox) {
-    this.#redis = redis;
+    // The router's commands on this client, so `readTenantConfigs`'s `also` may queue them.
+    this.#redis = withCommands(redis);
     this.#keys = keys;
     this.#box = secrets;
   }
@@ -391,7 +392,7 @@ export class ConfigStore {
       sources: { scanned: 0, reencrypted: 0 },
       failed: [],
     };
-    const redis = withCommands(this.#redis);
+    const redis = this.#redis;
     const one = async (
       kind: 'endpoint' | 'source',
       hash: string,

@@ -1,6 +1,5 @@
 import { createQueue, createRedis, type RedisClient } from '@spillway/shared';
 import type { Job } from 'bullmq';
-import { withCommands } from '../commands/index.ts';
 import { bornAt } from '../config/incarnation.ts';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
@@ -12,6 +11,7 @@ import { type OrderedFanout, OrderedStore } from '../ordering/store.ts';
 import { TenantCounters } from '../records/counters.ts';
 import { DlqArchiver } from '../records/dlq-archive.ts';
 import { fingerprint } from '../records/fingerprints.ts';
+import { groupByTenant } from '../records/pipeline.ts';
 import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
@@ -60,8 +60,6 @@ export async function createWorker(
   opts: { delivery?: DeliveryPort } = {},
 ): Promise<WorkerHandle> {
   const { config, keys, logger } = rt;
-  // The router's Lua commands on the main connection's pipelines (fan-out queues its dedup promote there).
-  withCommands(rt.redis);
   const store = new ConfigStore(rt.redis, keys, rt.secrets);
   const cache = new ConfigCache(store, { ttlMs: 500 });
   const sub = createRedis(config.redis, { maxRetriesPerRequest: null });
@@ -182,13 +180,12 @@ export async function createWorker(
       // only if not seen yet). It rides the round trip that reads the job's tenants; best-effort,
       // it owns nothing (a failure is logged).
       const fps = events.map((w) => fingerprint(w.i));
-      const seen = new Map<string, SeenId[]>();
-      events.forEach((w, i) => {
-        const id = { tenantId: w.t, fp: fps[i]! };
-        const s = seen.get(w.t);
-        if (s) s.push(id);
-        else seen.set(w.t, [id]);
-      });
+      const seen = new Map(
+        groupByTenant(
+          events.map((w, i): SeenId => ({ tenantId: w.t, fp: fps[i]! })),
+          (id) => id.tenantId,
+        ),
+      );
       // Fan out on config read after the events were accepted (every tenant of the job in one
       // round trip), not on this worker's possibly older view: "create an endpoint, then send"
       // always reaches it.
