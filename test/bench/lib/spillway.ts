@@ -142,6 +142,9 @@ export class SpillwayCluster {
     // SPILLWAY_BENCH_PROFILE=<dir>: each role process writes a V8 CPU profile there when it stops.
     const prof = process.env.SPILLWAY_BENCH_PROFILE;
     if (prof) env.NODE_OPTIONS = `--cpu-prof --cpu-prof-dir=${prof}`;
+    // SPILLWAY_BENCH_NODE_OPTIONS: more Node options for every role process (e.g. an --import preload).
+    const more = process.env.SPILLWAY_BENCH_NODE_OPTIONS;
+    if (more) env.NODE_OPTIONS = `${env.NODE_OPTIONS ?? ''} ${more}`.trim();
     const proc = run(process.execPath, [this.bin, 'start', '--role', role], env);
     const adminPort = Number(
       await waitFor(
