@@ -285,7 +285,13 @@ const ALL_CASES: readonly { key: CaseKey; label: string; spillway?: SpillwayCase
   },
 ];
 /** The compare rows only when SPILLWAY_BENCH_COMPARE_BIN names a checkout. */
-const CASES = ALL_CASES.filter((cs) => COMPARE_BIN !== undefined || !cs.key.startsWith('cmp'));
+/** SPILLWAY_BENCH_CASES=raw,spw1,...: only those cases (a profiling or comparison run). */
+const ONLY_CASES = process.env.SPILLWAY_BENCH_CASES?.split(',');
+const CASES = ALL_CASES.filter(
+  (cs) =>
+    (COMPARE_BIN !== undefined || !cs.key.startsWith('cmp')) &&
+    (ONLY_CASES === undefined || ONLY_CASES.includes(cs.key)),
+);
 
 export const fanout: Benchmark = {
   name: 'fanout',

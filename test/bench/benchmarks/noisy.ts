@@ -5,7 +5,7 @@
  */
 
 import { sleep, waitFor } from '../../helpers/wait.ts';
-import { rssOf } from '../lib/procs.ts';
+import { cpuMicrosOf, rssOf } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import { openIntake, openLoop, SpillwayCluster, tenantCounters } from '../lib/spillway.ts';
@@ -93,7 +93,13 @@ async function oneRound(
       const floodRun = withFlood
         ? openLoop(() => f.submit('flood'), R * 10, phaseMs)
         : Promise.resolve({ sent: 0, errors: 0 });
+      const cpu0 = await cpuMicrosOf(w.proc.pid);
+      const t0 = performance.now();
       const [calm, flood] = await Promise.all([openLoop(() => f.submit(tid), R, phaseMs), floodRun]);
+      // The worker's CPU over the phase's sending, in % of one core: what the flood costs it.
+      const cpu1 = await cpuMicrosOf(w.proc.pid);
+      const cpuPct =
+        cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / (performance.now() - t0) / 10;
       // Every calm event must arrive: one that never does is not a fast one. Bounded wait.
       await waitFor(
         async () => (await sink.stats(tid)).count >= calm.sent,
@@ -103,11 +109,11 @@ async function oneRound(
       const st = await sink.stats(tid);
       const rewrites = Number((await persistence(c)).aof_rewrites ?? 0) - rewrites0;
       notes.push(
-        `round ${r}, ${withFlood ? 'with flood' : 'alone'}: ${rewrites} automatic AOF rewrite(s) during the phase.`,
+        `round ${r}, ${withFlood ? 'with flood' : 'alone'}: ${rewrites} automatic AOF rewrite(s) during the phase; worker CPU ${cpuPct?.toFixed(0) ?? '?'} % of a core.`,
       );
       const fc = withFlood ? await tenantCounters(c, 'flood') : undefined;
       log(
-        `round ${r} ${withFlood ? 'with flood' : 'alone'}: ${st.count}/${calm.sent} arrived; p50 ${st.latP50.toFixed(1)} ms p99 ${st.latP99.toFixed(1)} ms (flood sent ${flood.sent}${fc ? `, spilled ${fc.spilled}, in flight ${fc.inFlight}` : ''})`,
+        `round ${r} ${withFlood ? 'with flood' : 'alone'}: ${st.count}/${calm.sent} arrived; p50 ${st.latP50.toFixed(1)} ms p99 ${st.latP99.toFixed(1)} ms (flood sent ${flood.sent}${fc ? `, spilled ${fc.spilled}, in flight ${fc.inFlight}` : ''}; worker CPU ${cpuPct?.toFixed(0) ?? '?'} %)`,
       );
       if (fc)
         notes.push(

@@ -1,0 +1,110 @@
+import { createRequire } from 'node:module';
+import { describe, expect, it } from 'vitest';
+import { randomPrefix } from '../../../test/helpers/env.ts';
+
+// kafkajs's encoder as the router loads it, with patches/kafkajs@2.2.4.patch applied by pnpm install.
+const require = createRequire(createRequire(new URL('../src/index.ts', import.meta.url)).resolve('kafkajs'));
+const BROKERS = (process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
+type Enc = {
+  buf: Buffer;
+  buffer: Buffer;
+  offset: number;
+  writeVarInt(v: number): Enc;
+  writeUVarInt(v: number): Enc;
+  writeVarIntBytes(v: Buffer | string | null): Enc;
+  writeInt32(v: number): Enc;
+};
+const Encoder = require('./src/protocol/encoder.js') as new (size?: number) => Enc;
+const Decoder = require('./src/protocol/decoder.js') as new (
+  buf: Buffer,
+) => {
+  readVarInt(): number;
+  readUVarInt(): number;
+  readVarIntBytes(): Buffer | null;
+  readInt32(): number;
+};
+describe('kafkajs encoder (patched: pooled buffers, varints written in place)', () => {
+  it("takes its buffers from Node's pool instead of a fresh zeroed ArrayBuffer each", () => {
+    // Unpatched, Buffer.alloc: one ArrayBuffer of exactly the encoder's size per encoder (kafkajs
+    // makes several per record). allocUnsafe slices small sizes out of the shared pool.
+    const e = new Encoder();
+    expect(e.buf.buffer.byteLength).toBe(Buffer.poolSize);
+  });
+
+  it('writes varints as the Kafka protocol defines them (zig-zag LEB128)', () => {
+    const cases: [number, number[]][] = [
+      [0, [0x00]],
+      [-1, [0x01]],
+      [1, [0x02]],
+      [63, [0x7e]],
+      [-64, [0x7f]],
+      [64, [0x80, 0x01]],
+      [150, [0xac, 0x02]],
+      [300, [0xd8, 0x04]],
+      [2 ** 31 - 1, [0xfe, 0xff, 0xff, 0xff, 0x0f]],
+      [-(2 ** 31), [0xff, 0xff, 0xff, 0xff, 0x0f]],
+    ];
+    for (const [v, bytes] of cases) {
+      const e = new Encoder(1).writeVarInt(v);
+      expect([...e.buffer], String(v)).toEqual(bytes);
+      expect(new Decoder(e.buffer).readVarInt()).toBe(v);
+    }
+    // Many varints past the initial size: the buffer grows and keeps what was written.
+    const e = new Encoder(1);
+    for (let i = 0; i < 2000; i++) e.writeVarInt(i * 977 - 500_000).writeInt32(i);
+    const d = new Decoder(e.buffer);
+    for (let i = 0; i < 2000; i++) {
+      expect(d.readVarInt()).toBe(i * 977 - 500_000);
+      expect(d.readInt32()).toBe(i);
+    }
+  });
+
+  it('produces records the broker accepts (it checks every batch) and reads back the same', async () => {
+    const { Kafka, logLevel } = require('./index.js') as typeof import('kafkajs');
+    const kafka = new Kafka({ clientId: randomPrefix('enc'), brokers: BROKERS, logLevel: logLevel.NOTHING });
+    const topic = randomPrefix('enc-topic');
+    const admin = kafka.admin();
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    const consumer = kafka.consumer({ groupId: randomPrefix('enc-g') });
+    try {
+      await admin.connect();
+      await admin.createTopics({ topics: [{ topic, numPartitions: 1 }], waitForLeaders: true });
+      await producer.connect();
+      // Sizes across the encoder's initial 512 bytes, its pool limit and varint widths.
+      const sizes = [0, 1, 63, 64, 127, 128, 300, 511, 512, 4095, 4096, 9000, 100_000];
+      const sent = sizes.map((n, i) => ({
+        key: `t-${i}`,
+        value: Buffer.from(Array.from({ length: n }, (_, k) => (k * 31 + i) & 0xff)),
+        headers: { h: `v${i}` },
+      }));
+      await producer.send({ topic, acks: -1, messages: sent });
+      await consumer.connect();
+      await consumer.subscribe({ topic, fromBeginning: true });
+      const got: { key: string; value: Buffer; h: string }[] = [];
+      await new Promise<void>((resolve, reject) => {
+        consumer
+          .run({
+            eachMessage: async ({ message }) => {
+              got.push({
+                key: message.key!.toString(),
+                value: message.value!,
+                h: message.headers!.h!.toString(),
+              });
+              if (got.length === sent.length) resolve();
+            },
+          })
+          .catch(reject);
+      });
+      expect(got.map((g) => g.key)).toEqual(sent.map((m) => m.key));
+      got.forEach((g, i) => {
+        expect(g.value.equals(sent[i]!.value), `record ${i}`).toBe(true);
+        expect(g.h).toBe(`v${i}`);
+      });
+    } finally {
+      await consumer.disconnect().catch(() => {});
+      await producer.disconnect().catch(() => {});
+      await admin.deleteTopics({ topics: [topic] }).catch(() => {});
+      await admin.disconnect().catch(() => {});
+    }
+  }, 60_000);
+});
