@@ -240,6 +240,30 @@ describe('Dispatcher: tenant isolation', () => {
   });
 });
 
+describe('Dispatcher: sockets per origin follow the tenant concurrency', () => {
+  it('puts every request its concurrency allows on the wire, up to 64 sockets per origin', async () => {
+    // A receiver that holds every request: what it sees open at once is what is on the wire.
+    const hold = await rx(() => {});
+    const d = dispatcher();
+    const mid = tenant('sock-40', { concurrency: 40 });
+    const big = tenant('sock-100', { concurrency: 100 });
+    const epMid = endpoint('sock-40', 'h', hold.url, { timeoutMs: 10_000 });
+    const epBig = endpoint('sock-100', 'h', hold.url, { timeoutMs: 10_000 });
+    const midRuns = Array.from({ length: 60 }, () => d.dispatch(task('sock-40', 'h'), mid, epMid));
+    // With 16 sockets per origin (the old default) 24 of the 40 allowed requests waited in undici's queue.
+    await waitFor(() => hold.maxOpen() >= 40, 'the 40 requests tenant sock-40 may have open', 5000);
+    expect(d.inFlight('sock-40')).toBe(40);
+    const bigRuns = Array.from({ length: 120 }, () => d.dispatch(task('sock-100', 'h'), big, epBig));
+    // sock-100 may have 100 requests open, but at most 64 sockets to one origin.
+    await waitFor(() => hold.maxOpen() >= 40 + 64, 'sock-100 at 64 open sockets', 5000);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(hold.maxOpen()).toBe(40 + 64);
+    expect(d.inFlight('sock-100')).toBe(100);
+    await d.close();
+    await Promise.all([...midRuns, ...bigRuns]);
+  });
+});
+
 describe('Dispatcher: diagnostics channel', () => {
   it('publishes every attempt outcome on spillway:delivery:attempt while subscribed, nothing after', async () => {
     const r = await rx((req, res) => {

@@ -2,7 +2,7 @@
  * Peer for the fan-out benchmark: what a team writes in an afternoon instead of Spillway — one
  * BullMQ job per delivery, a Worker with concurrency 64 that signs each body Standard Webhooks style
  * (the `standardwebhooks` package: webhook-id, webhook-timestamp, webhook-signature) and POSTs it
- * with an undici Pool per origin (16 connections). Forked as its own process like the Spillway
+ * with an undici Pool per origin (NAIVE_CONNECTIONS connections). Forked as its own process like the Spillway
  * worker; configured by env:
  *   NAIVE_REDIS_URL, NAIVE_PREFIX, NAIVE_QUEUE, NAIVE_CONCURRENCY, NAIVE_CONNECTIONS
  * Each job's data is { url, secret, body } (body as a string, as JSON job data carries it).
