@@ -5,24 +5,12 @@ import { randomPrefix } from '../../../test/helpers/env.ts';
 // kafkajs's encoder as the router loads it, with patches/kafkajs@2.2.4.patch applied by pnpm install.
 const require = createRequire(createRequire(new URL('../src/index.ts', import.meta.url)).resolve('kafkajs'));
 const BROKERS = (process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
-type Enc = {
-  buf: Buffer;
-  buffer: Buffer;
-  offset: number;
-  writeVarInt(v: number): Enc;
-  writeUVarInt(v: number): Enc;
-  writeVarIntBytes(v: Buffer | string | null): Enc;
-  writeInt32(v: number): Enc;
-};
+type Enc = { buf: Buffer; buffer: Buffer; writeVarInt(v: number): Enc; writeInt32(v: number): Enc };
 const Encoder = require('./src/protocol/encoder.js') as new (size?: number) => Enc;
 const Decoder = require('./src/protocol/decoder.js') as new (
   buf: Buffer,
-) => {
-  readVarInt(): number;
-  readUVarInt(): number;
-  readVarIntBytes(): Buffer | null;
-  readInt32(): number;
-};
+) => { readVarInt(): number; readInt32(): number };
+
 describe('kafkajs encoder (patched: pooled buffers, varints written in place)', () => {
   it("takes its buffers from Node's pool instead of a fresh zeroed ArrayBuffer each", () => {
     // Unpatched, Buffer.alloc: one ArrayBuffer of exactly the encoder's size per encoder (kafkajs

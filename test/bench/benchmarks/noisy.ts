@@ -90,11 +90,11 @@ async function oneRound(
       await freshAof(c);
       const rewrites0 = Number((await persistence(c)).aof_rewrites ?? 0);
       await sink.reset(tid);
+      const cpu0 = await cpuMicrosOf(w.proc.pid);
+      const t0 = performance.now();
       const floodRun = withFlood
         ? openLoop(() => f.submit('flood'), R * 10, phaseMs)
         : Promise.resolve({ sent: 0, errors: 0 });
-      const cpu0 = await cpuMicrosOf(w.proc.pid);
-      const t0 = performance.now();
       const [calm, flood] = await Promise.all([openLoop(() => f.submit(tid), R, phaseMs), floodRun]);
       // The worker's CPU over the phase's sending, in % of one core: what the flood costs it.
       const cpu1 = await cpuMicrosOf(w.proc.pid);
