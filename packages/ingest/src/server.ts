@@ -19,6 +19,12 @@ export interface RequestHead {
    * the pipeline skips its own HMAC and `BodySink.end` gets the backend's verdict.
    */
   nativeMac?: { kind: string; secrets: readonly string[] };
+  /**
+   * Set by a backend whose body chunks are fresh copies it never touches again (the io_uring
+   * addon copies each one out of its buffer ring): the sink keeps them as they are. Without it the
+   * sink copies each chunk, since a backend may hand it views of buffers it reuses.
+   */
+  ownedChunks?: boolean;
 }
 
 /** What a backend may enforce for one ingest path before the pipeline hears of a request. */
