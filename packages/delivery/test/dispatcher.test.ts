@@ -4,7 +4,7 @@ import { CHANNELS, registry, VERSION } from '@spillway/shared';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { testConfig } from '../../../test/helpers/env.ts';
-import { waitFor } from '../../../test/helpers/wait.ts';
+import { sleep, waitFor } from '../../../test/helpers/wait.ts';
 import { core, dispatcherFixtures, endpoint, percentile, task, tenant } from './helpers.ts';
 
 const config = testConfig({ SPILLWAY_TARGET_ALLOW_CIDRS: '127.0.0.1/32' });
@@ -256,7 +256,7 @@ describe('Dispatcher: sockets per origin follow the tenant concurrency', () => {
     const bigRuns = Array.from({ length: 120 }, () => d.dispatch(task('sock-100', 'h'), big, epBig));
     // sock-100 may have 100 requests open, but at most 64 sockets to one origin.
     await waitFor(() => hold.maxOpen() >= 40 + 64, 'sock-100 at 64 open sockets', 5000);
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     expect(hold.maxOpen()).toBe(40 + 64);
     expect(d.inFlight('sock-100')).toBe(100);
     await d.close();

@@ -8,13 +8,13 @@ import { withCommands } from '../src/commands/index.ts';
 const require = createRequire(new URL('../src/index.ts', import.meta.url));
 const { Redis } = require('ioredis') as typeof import('ioredis');
 
-const URL_ = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS_URL = process.env.SPILLWAY_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 describe('ioredis pipelines (patched: script commands shared per client, not copied per pipeline)', () => {
   let redis: RedisType;
   const prefix = randomPrefix('pipe');
   beforeAll(async () => {
-    redis = new Redis(URL_, { lazyConnect: true });
+    redis = new Redis(REDIS_URL, { lazyConnect: true });
     await redis.connect();
     // The router's own scripts, plus more as BullMQ adds its own to a shared connection.
     withCommands(redis as never);
@@ -22,8 +22,8 @@ describe('ioredis pipelines (patched: script commands shared per client, not cop
       redis.defineCommand(`spwTestEcho${i}`, { numberOfKeys: 1, lua: `return {KEYS[1], ARGV[1], ${i}}` });
   });
   afterAll(async () => {
-    const keys = await redis.keys(`${prefix}:*`);
-    if (keys.length) await redis.del(...keys);
+    // The only keys these tests write.
+    await redis.del(`${prefix}:x`, `${prefix}:m`);
     redis.disconnect();
   });
 

@@ -285,9 +285,9 @@ const ALL_CASES: readonly { key: CaseKey; label: string; spillway?: SpillwayCase
     spillway: { perEvent: 1, tag: 'fb', endpoint: BATCH_10 },
   },
 ];
-/** The compare rows only when SPILLWAY_BENCH_COMPARE_BIN names a checkout. */
 /** SPILLWAY_BENCH_CASES=raw,spw1,...: only those cases (a profiling or comparison run). */
 const ONLY_CASES = process.env.SPILLWAY_BENCH_CASES?.split(',');
+/** The compare rows only when SPILLWAY_BENCH_COMPARE_BIN names a checkout; only ONLY_CASES if given. */
 const CASES = ALL_CASES.filter(
   (cs) =>
     (COMPARE_BIN !== undefined || !cs.key.startsWith('cmp')) &&
