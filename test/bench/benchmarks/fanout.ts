@@ -20,6 +20,7 @@ import {
   openIntake,
   REDIS_URL,
   redisCommands,
+  redisCpuMicros,
   SpillwayCluster,
 } from '../lib/spillway.ts';
 import { perRound, roundsCell, type Spread, spread, worstOf } from '../lib/spread.ts';
@@ -43,6 +44,8 @@ interface CaseResult {
   redis?: number;
   /** Worker CPU µs (user + system) per delivery. */
   cpuUs?: number;
+  /** The Redis server's CPU per delivery over the timed drain, µs. */
+  redisUs?: number;
   /** The warm-up drain's rate: a worker just started, its code not yet optimised. */
   cold?: number;
   ok: boolean;
@@ -221,11 +224,13 @@ async function spillway(
     const cold = await warmUp(sink, tag, deliveries, enqueue);
     let preload = 0;
     let cmds0 = 0;
+    let redisCpu0 = 0;
     await frozen(w.proc.pid, async () => {
       const t0 = performance.now();
       await enqueue();
       preload = (events * 1000) / (performance.now() - t0);
       cmds0 = await redisCommands(c);
+      redisCpu0 = await redisCpuMicros(c);
     });
     const started = performance.timeOrigin + performance.now();
     const cpu0 = await cpuMicrosOf(w.proc.pid);
@@ -234,14 +239,16 @@ async function spillway(
     // Every command the Redis server processed while the worker drained the timed preload (job
     // claims and locks, records, counters, limiter, stats), per delivery; nothing else uses this
     // Redis meanwhile.
-    const redis = ((await redisCommands(c)) - cmds0) / Math.max(1, Number(d.delivered.split('/')[0]));
+    const n = Math.max(1, Number(d.delivered.split('/')[0]));
+    const redis = ((await redisCommands(c)) - cmds0) / n;
+    const redisUs = ((await redisCpuMicros(c)) - redisCpu0) / n;
     // The worker's own CPU time per delivery: unlike a rate, it does not shrink or grow with what
     // else the machine runs (its start-up, before cpu0, is not counted).
     const cpuUs =
       cpu0 === undefined || cpu1 === undefined
         ? undefined
         : (cpu1 - cpu0) / Math.max(1, Number(d.delivered.split('/')[0]));
-    return { ...d, preload, redis, cpuUs, cold };
+    return { ...d, preload, redis, redisUs, cpuUs, cold };
   } finally {
     await feeder?.close().catch(() => {});
     await c.close();
@@ -369,6 +376,10 @@ export const fanout: Benchmark = {
             samples[cs.key].map((x) => x.cpuUs),
             'lower',
           )?.median,
+          redisUs: spread(
+            samples[cs.key].map((x) => x.redisUs),
+            'lower',
+          )?.median,
           status:
             (bad < 0 ? 'ok' : `round ${bad + 1}: ${samples[cs.key][bad]!.delivered ?? 'failed'}`) +
             (extra ? `, ${extra} extra (duplicate) arrivals` : ''),
@@ -426,6 +437,7 @@ export const fanout: Benchmark = {
         { key: 'rounds', header: 'deliveries/s per round' },
         { key: 'redis', header: 'Redis calls/delivery', digits: 3 },
         { key: 'cpuUs', header: 'worker CPU µs/delivery', digits: 0 },
+        { key: 'redisUs', header: 'Redis CPU µs/delivery', digits: 1 },
         { key: 'status', header: 'status' },
       ],
       rows,

@@ -364,3 +364,10 @@ export async function redisCommands(c: SpillwayCluster): Promise<number> {
   const info = String(await c.redis.info('stats'));
   return Number(/total_commands_processed:(\d+)/.exec(info)?.[1] ?? Number.NaN);
 }
+
+/** The Redis server's CPU time so far (user + system, all its threads), in µs. */
+export async function redisCpuMicros(c: SpillwayCluster): Promise<number> {
+  const info = String(await c.redis.info('cpu'));
+  const of = (k: string) => Number(new RegExp(`${k}:([\\d.]+)`).exec(info)?.[1] ?? Number.NaN);
+  return (of('used_cpu_user') + of('used_cpu_sys')) * 1e6;
+}

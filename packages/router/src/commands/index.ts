@@ -32,7 +32,7 @@ export interface RouterCommands {
     idBase: string,
     events: string,
     attempts: string,
-    ...args: (string | number)[]
+    ...args: (string | number | Buffer)[]
   ): Promise<number>;
   eventsAdmit(
     bucket: string,

@@ -47,6 +47,10 @@ const SEND_TRIES = 6;
 
 /** Bytes of one pack's value at most: past it the pack is closed and the next record starts another. */
 const MAX_PACK_BYTES = 256 * 1024;
+/** An id's bytes in a pack's id run: its index fingerprint (2) and its bucket hash (4). */
+const ID_BYTES = 6;
+/** A pack's id run starts with the hour since the epoch (4 bytes) and the minute of the hour (1). */
+const ID_HEADER = 5;
 
 /** Per endpoint, over a run of attempts in order: a delivery ended its failure run (reset), and when failures began after the last one. */
 interface Health {
@@ -77,8 +81,12 @@ interface Pack {
   records: number;
   /** When its first record was logged (the message's timestamp; #pack opens it for that record). */
   at: number;
-  /** Events: each record's fingerprint (index, bucket), for the event-id index. */
-  ids: (string | number)[];
+  /**
+   * Events: the id run for the event-id index: ID_HEADER bytes (hour, minute) then ID_BYTES per
+   * record (fingerprint, bucket hash), `idLen` bytes used. One Lua argument however many ids.
+   */
+  ids: Buffer | undefined;
+  idLen: number;
   /** Attempts that are indexed beyond their endpoint's health (failed, retrying, later, resent). */
   indexed: AttemptRecord[];
   /** Attempts: per endpoint, the health of this pack's attempts in order. */
@@ -172,7 +180,20 @@ export class HistoryWriter {
     this.#append(g, JSON.stringify(rec));
     this.#eventBytes += g.len - before;
     const f = fp ?? fingerprint(ev.id);
-    g.ids.push(f.index, f.bucket);
+    let ids = g.ids;
+    if (ids === undefined || g.idLen + ID_BYTES > ids.length) {
+      const grown = Buffer.allocUnsafe(Math.max(ID_HEADER + 64 * ID_BYTES, (ids?.length ?? 0) * 2));
+      if (ids) ids.copy(grown, 0, 0, g.idLen);
+      else {
+        grown.writeUInt32BE(Math.floor(g.minute / 60), 0);
+        grown[4] = g.minute % 60;
+        g.idLen = ID_HEADER;
+      }
+      g.ids = ids = grown;
+    }
+    ids.writeUInt16BE(Number.parseInt(f.index, 16), g.idLen);
+    ids.writeUInt32BE(f.bucket, g.idLen + 2);
+    g.idLen += ID_BYTES;
     this.#added();
   }
 
@@ -244,7 +265,8 @@ export class HistoryWriter {
         len: 0,
         records: 0,
         at,
-        ids: [],
+        ids: undefined,
+        idLen: 0,
         indexed: [],
         health: undefined,
         offset: -1n,
@@ -369,7 +391,8 @@ export class HistoryWriter {
       (pipe, [tenantId, gs]) => {
         const from = pipe.length;
         const ranges = new Map<string, { first: bigint; last: bigint; count: number }>();
-        const ids: (string | number)[] = [];
+        /** The event packs' id runs, one Lua argument each. */
+        const runs: Buffer[] = [];
         /** Per endpoint: a delivery here ended its run (reset), and when failures began after it. */
         const health = new Map<string, Health>();
         const zsets = new Map<string, [number, string][]>();
@@ -391,7 +414,7 @@ export class HistoryWriter {
             if (g.offset > r.last) r.last = g.offset;
             r.count += g.records;
           }
-          for (let i = 0; i < g.ids.length; i += 2) ids.push(hour, minute, g.ids[i]!, g.ids[i + 1]!);
+          if (g.ids !== undefined && g.idLen > ID_HEADER) runs.push(g.ids.subarray(0, g.idLen));
           // The pack's health follows the tenant's earlier packs (they are in the order they were
           // opened): a delivery in it ends the run, else its first failure may begin one.
           if (g.health)
@@ -427,7 +450,7 @@ export class HistoryWriter {
           keys.historyMinutes(tenantId, 'events'),
           keys.historyMinutes(tenantId, 'attempts'),
           ...args,
-          ...ids,
+          ...runs,
         );
         const fe = keys.failedEvents(tenantId);
         const answered = [...failedNow].filter(([, at]) => at === undefined).map(([m]) => m);
