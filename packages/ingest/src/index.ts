@@ -87,6 +87,7 @@ export async function createIngestServer(
   const { mod, reason } = await loadUring();
   if (mod) return mod.createUringServer(opts);
   if (backend === 'uring') throw errors.config(`SPILLWAY_INGEST_BACKEND=uring: ${reason}; use auto or node`);
-  logger?.info({ reason }, 'ingest: io_uring unavailable, using node:http');
+  // warn: the operator asked for the faster backend when it can be had, and did not get it.
+  logger?.warn({ reason }, 'ingest: io_uring unavailable, using node:http');
   return createNodeServer(opts);
 }

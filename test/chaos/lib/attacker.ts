@@ -21,6 +21,8 @@ export interface AttackResult {
   statuses: Record<string, number>;
   swarmOpen: number;
   swarmClosed: number;
+  /** The attacker's own CPU over the attack (user + system), ms. */
+  cpuMs: number;
 }
 
 /** Opens `n` connections that send a request line and then one header line per second, forever. */
@@ -101,6 +103,7 @@ export async function attack(
     bodyTimeout: 20_000,
     connect: { localAddress: FROM },
   });
+  const cpu0 = process.cpuUsage();
   const sw = swarm(port, path, n);
   const statuses: Record<string, number> = {};
   let bursts = 0;
@@ -123,7 +126,14 @@ export async function attack(
       bursts++;
       await sleep(1000);
     }
-    return { bursts, statuses, swarmOpen: sw.open(), swarmClosed: sw.closedByServer() };
+    const cpu = process.cpuUsage(cpu0);
+    return {
+      bursts,
+      statuses,
+      swarmOpen: sw.open(),
+      swarmClosed: sw.closedByServer(),
+      cpuMs: (cpu.user + cpu.system) / 1000,
+    };
   } finally {
     sw.stop();
     await agent.close().catch(() => {});

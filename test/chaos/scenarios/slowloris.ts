@@ -4,7 +4,7 @@
  * signed traffic flows. The real traffic's p99 must stay within 2× of its p99 without the attack
  * and the ingest process's memory within budget; nothing accepted may be lost.
  */
-import { forkTs, rssOf, rssSampler } from '../../bench/lib/procs.ts';
+import { cpuMicrosOf, forkTs, rssOf, rssSampler } from '../../bench/lib/procs.ts';
 import { startSink } from '../../bench/lib/sink.ts';
 import { SpillwayCluster } from '../../bench/lib/spillway.ts';
 import { MiB } from '../../bench/lib/stats.ts';
@@ -28,9 +28,13 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
   const rss = rssSampler(() => c.roles.filter((r) => r.role === 'ingest').map((r) => r.proc.pid), 100);
   try {
     const src = await acme(c, sink, 'sl'); // bodies up to 1 MiB: the oversized ones are above
-    const ingest = await c.startRole('ingest');
+    // SPILLWAY_CHAOS_INGEST_BACKEND=uring|node: the ingest backend under attack (default: auto).
+    const backend = process.env.SPILLWAY_CHAOS_INGEST_BACKEND;
+    const ingest = await c.startRole('ingest', backend ? { SPILLWAY_INGEST_BACKEND: backend } : {});
     await c.startRole('worker');
     const port = ingest.ingestPort!;
+    // Which backend took the attack: `auto` falls back to node:http when io_uring cannot start.
+    const used = /io_uring unavailable/.test(ingest.proc.err()) ? 'node (auto fell back)' : (backend ?? 'auto');
     const l = new LoadGen(() => port, src);
     load = l;
     l.start(rate);
@@ -38,6 +42,8 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     l.resetLatency();
     await sleep(phaseMs);
     const base = { p50: l.latency.pct(50), p99: l.latency.pct(99), n: l.latency.count };
+    const ingestCpu0 = (await cpuMicrosOf(ingest.proc.pid)) ?? 0;
+    const ingestT0 = performance.now();
     const baseRss = (await rssOf(ingest.proc.pid)) ?? 0;
     log(
       `baseline: p50 ${base.p50.toFixed(1)} ms p99 ${base.p99.toFixed(1)} ms over ${base.n}; ingest RSS ${(baseRss / MiB).toFixed(0)} MiB`,
@@ -59,6 +65,8 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     await sleep(1500);
     l.resetLatency();
     const res = await attacked;
+    const ingestCpu = ((await cpuMicrosOf(ingest.proc.pid)) ?? 0) - ingestCpu0;
+    const attackS = (performance.now() - ingestT0) / 1000;
     const attack = { p50: l.latency.pct(50), p99: l.latency.pct(99), n: l.latency.count };
     const { bursts, swarmOpen, swarmClosed } = res;
     const bigStatuses = new Map(Object.entries(res.statuses));
@@ -68,7 +76,7 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     const budget = baseRss + BODY_BUDGET + 64 * MiB;
     const big = [...bigStatuses].map(([k, v]) => `${k}:${v}`).join(',');
     log(
-      `attack: p50 ${attack.p50.toFixed(1)} ms p99 ${attack.p99.toFixed(1)} ms over ${attack.n} (×${ratio.toFixed(2)}); swarm open ${swarmOpen}, closed by server ${swarmClosed}; oversized ${big}; ingest RSS max ${(maxRss / MiB).toFixed(0)} MiB (budget ${(budget / MiB).toFixed(0)})`,
+      `attack: p50 ${attack.p50.toFixed(1)} ms p99 ${attack.p99.toFixed(1)} ms over ${attack.n} (×${ratio.toFixed(2)}); swarm open ${swarmOpen}, closed by server ${swarmClosed}; oversized ${big}; ingest RSS max ${(maxRss / MiB).toFixed(0)} MiB (budget ${(budget / MiB).toFixed(0)}); CPU over the attack: ingest ${(ingestCpu / 1e4 / attackS).toFixed(0)} % of a core, attacker ${(res.cpuMs / 10 / attackS).toFixed(0)} %`,
     );
     const s = await settle(l, sink, 'sl', 90_000, c);
     if ([...bigStatuses.keys()].some((k) => /-2\d\d$/.test(k)))
@@ -93,6 +101,9 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
         swarm_closed_by_server: swarmClosed,
         oversized: big,
         bursts,
+        backend: used,
+        ingest_cpu_pct: (ingestCpu / 1e4 / attackS).toFixed(0),
+        attacker_cpu_pct: (res.cpuMs / 10 / attackS).toFixed(0),
         rss_budget_MiB: (budget / MiB).toFixed(0),
       },
       failures,
