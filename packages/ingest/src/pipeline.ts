@@ -359,11 +359,6 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     let reserved = 0;
     let received = 0;
     let state: 'reading' | 'too_large' | 'over_budget' | 'too_slow' | 'done' = 'reading';
-    // Chunks are copied unless the backend says they are already copies of their own
-    // (RequestHead.ownedChunks: the io_uring addon's are): copying those again doubled the external
-    // memory every body put through the heap, and a stream of oversized junk bodies paid for it in
-    // full garbage collections (docs/benchmarks/ingest-profile.md).
-    const owned = head.ownedChunks === true;
     let chunks: Buffer[] = [];
 
     const releaseAll = () => {
@@ -402,7 +397,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
         reserved += chunk.length;
         progress.received = received;
         if (!native) verifier.update(chunk);
-        chunks.push(owned ? chunk : Buffer.from(chunk));
+        chunks.push(chunk); // the backend's to give (BodySink.write)
       },
       async end(macOk) {
         const answer = (_sid: string, outcome: string, r: IngestResponse) =>

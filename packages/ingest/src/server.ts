@@ -19,12 +19,6 @@ export interface RequestHead {
    * the pipeline skips its own HMAC and `BodySink.end` gets the backend's verdict.
    */
   nativeMac?: { kind: string; secrets: readonly string[] };
-  /**
-   * Set by a backend whose body chunks are fresh copies it never touches again (the io_uring
-   * addon copies each one out of its buffer ring): the sink keeps them as they are. Without it the
-   * sink copies each chunk, since a backend may hand it views of buffers it reuses.
-   */
-  ownedChunks?: boolean;
 }
 
 /** What a backend may enforce for one ingest path before the pipeline hears of a request. */
@@ -47,6 +41,13 @@ export interface IngestResponse {
 export interface BodySink {
   /** Largest body this request may have; the backend answers 413 and closes past it. */
   readonly maxBodyBytes: number;
+  /**
+   * The sink keeps `chunk` as it is, without a copy: a backend hands over bytes it never touches
+   * again (the io_uring addon's chunks are copies made for the call; node:http's are copied in
+   * ./backends/exchange.ts). Copying every chunk here doubled the external memory of each body, junk
+   * included, and a stream of oversized junk paid for it in full garbage collections
+   * (docs/benchmarks/ingest-profile.md).
+   */
   write(chunk: Buffer): void;
   /** `macOk`: the backend's HMAC verdict for a request whose head carried `nativeMac`. */
   end(macOk?: boolean): Promise<IngestResponse>;

@@ -62,7 +62,10 @@ export async function serveExchange(
       ex.answer(tooLarge(limit), 'unread');
       return;
     }
-    sink.write(chunk);
+    // node:http's chunks are views into its read buffers (64 KiB a read, pipelined requests and
+    // other bodies in the same one): the sink keeps what it is given (BodySink.write), so it gets
+    // the body's own bytes, and a read buffer is not held alive by a slice of it.
+    sink.write(Buffer.from(chunk));
   };
   body.on('data', onData);
   body.once('end', () => {

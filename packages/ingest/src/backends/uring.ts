@@ -290,8 +290,6 @@ class UringServer implements UringIngestServer {
             headers,
             remoteAddress: remote,
             contentLength: cl >= 0 ? cl : undefined,
-            // EV_BODY chunks are copies the addon made for this call (napi_create_buffer_copy).
-            ownedChunks: true,
           };
           const keys = vset ? (this.#vsetsNow.get(vset) ?? this.#vsetsBefore.get(vset)) : undefined;
           if (keys) head.nativeMac = keys;
@@ -407,6 +405,8 @@ class UringServer implements UringIngestServer {
       return false;
     }
     try {
+      // EV_BODY chunks are copies the addon made for this call (napi_create_buffer_copy): handed
+      // over as they are (BodySink.write).
       sink.write(chunk);
       return true;
     } catch (err) {
