@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import {
@@ -32,6 +33,22 @@ describe('signing (Standard Webhooks)', () => {
     // A different body or secret does not verify.
     expect(() => new Webhook(secret).verify(Buffer.from('{"n":2}'), headers)).toThrow();
     expect(() => new Webhook(generateSecret()).verify(body, headers)).toThrow();
+  });
+
+  it("matches the library's signer for keys of 24 to 64 bytes and bodies on both sides of the one-shot size, non-ASCII ids included", () => {
+    const ts = Math.floor(Date.now() / 1000);
+    for (const keyBytes of [24, 32, 63, 64])
+      for (const size of [0, 1, 255, 16 * 1024, 16 * 1024 + 1, 200 * 1024]) {
+        const secret = `whsec_${randomBytes(keyBytes).toString('base64')}`;
+        // Text: the library signs a string (UTF-8), so arbitrary bytes would not round-trip.
+        const body = Buffer.from(randomBytes(size).toString('base64').slice(0, size));
+        for (const id of ['msg_2', 'msg_é✓']) {
+          const sig = signPayload([secret], id, ts, body);
+          expect(sig, `${keyBytes} B key, ${size} B body, id ${id}`).toBe(
+            new Webhook(secret).sign(id, new Date(ts * 1000), body),
+          );
+        }
+      }
   });
 
   it('during a rotation both secrets sign and receivers on either verify; after the overlap only the new one', () => {
