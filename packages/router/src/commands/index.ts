@@ -13,6 +13,7 @@ const SCRIPTS = [
   'dlq-push-1',
   'dlq-remove-1',
   'history-index-3',
+  'job-promoted-1',
   'events-admit-2',
   'quota-refund-1',
   'ord-accept-2n',
@@ -28,6 +29,7 @@ export interface RouterCommands {
   dedupPromote(base: string, ...args: (string | number)[]): Promise<number>;
   dlqPush(key: string, cap: number, entry: string): Promise<number>;
   dlqRemove(key: string, ...entries: string[]): Promise<number>;
+  jobPromoted(jobKey: string): Promise<number>;
   historyIndex(
     idBase: string,
     events: string,

@@ -183,6 +183,7 @@ export class DurableIntake implements Intake {
     intakeBatchEvents.observe(batch.length);
     let reserved: Pending[] = [];
     let added = false;
+    let jobKey = '';
     try {
       await withTimeout(
         (async () => {
@@ -246,7 +247,7 @@ export class DurableIntake implements Intake {
             return;
           }
           const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
-          await this.#queue.add('batch', data, JOB_OPTS);
+          jobKey = this.#queue.toKey((await this.#queue.add('batch', data, JOB_OPTS)).id!);
           added = true;
           if (this.#waitReplicas > 0 && !(await this.#replicated())) {
             // The job is on the master only: a failover now would lose it. Answer 503 and release
@@ -306,6 +307,13 @@ export class DurableIntake implements Intake {
       (promoted) => {
         const err = firstError(promoted);
         if (err) this.#logger.warn({ err }, 'dedup promote failed; worker will promote');
+        // Every id of the job is promoted: the job says so, and its worker does not redo it
+        // (`commands/job-promoted-1.lua`). Unmarked (this failed, or the process died first),
+        // the worker redoes it.
+        else
+          void this.#redis
+            .jobPromoted(jobKey)
+            .catch((e: unknown) => this.#logger.debug({ err: e }, 'job promoted mark failed'));
       },
       (err: unknown) => this.#logger.warn({ err }, 'dedup promote failed; worker will promote'),
     );

@@ -178,7 +178,9 @@ export async function createWorker(
       const keyed: OrderedFanout[] = [];
       // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
       // only if not seen yet). It rides the round trip that reads the job's tenants; best-effort,
-      // it owns nothing (a failure is logged).
+      // it owns nothing (a failure is logged). A job its intake marked promoted (`progress` 1,
+      // `commands/job-promoted-1.lua`) skips it: at one endpoint per event the redo was ~3 µs of
+      // worker and ~3 µs of Redis CPU per delivery (docs/benchmarks/profile.md).
       const fps = events.map((w) => fingerprint(w.i));
       const seen = new Map(
         groupByTenant(
@@ -189,9 +191,10 @@ export async function createWorker(
       // Fan out on config read after the events were accepted (every tenant of the job in one
       // round trip), not on this worker's possibly older view: "create an endpoint, then send"
       // always reaches it.
-      const read = await engine.freshViews([...seen.keys()], (pipe, tid) =>
-        queueDedupPromote(pipe, keys, tid, seen.get(tid)!, config.dedupWindowMs, true),
-      );
+      const promoted = job.progress === 1;
+      const read = await engine.freshViews([...seen.keys()], (pipe, tid) => {
+        if (!promoted) queueDedupPromote(pipe, keys, tid, seen.get(tid)!, config.dedupWindowMs, true);
+      });
       for (const [tid, res] of read.also)
         for (const [err] of res)
           if (err) logger.warn({ err, tenantId: tid }, 'dedup promote at fan-out failed');
