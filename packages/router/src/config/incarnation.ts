@@ -15,6 +15,15 @@ export const INCARNATION_SKEW_MS = 1000;
 
 /** When the incarnation of a tenant or endpoint began (ms), for telling its events and history from a previous owner's. */
 export function bornAt(x: { createdAt: string }): number {
-  const t = Date.parse(x.createdAt);
-  return Number.isFinite(t) ? t - INCARNATION_SKEW_MS : 0;
+  // Asked once per event at fan-out, of the same (frozen, cached) tenant record: parsed once.
+  let t = born.get(x);
+  if (t === undefined) {
+    const ms = Date.parse(x.createdAt);
+    t = Number.isFinite(ms) ? ms - INCARNATION_SKEW_MS : 0;
+    if (Object.isFrozen(x)) born.set(x, t);
+  }
+  return t;
 }
+
+/** bornAt of frozen records (their createdAt cannot change under the cache). */
+const born = new WeakMap<object, number>();

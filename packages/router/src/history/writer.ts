@@ -99,11 +99,13 @@ interface Batch {
   packs: Pack[];
   /** The open pack of each `kind \0 tenant \0 minute`. */
   open: Map<string, Pack>;
+  /** The pack each kind's last record went to. */
+  last: { e?: Pack; a?: Pack };
   records: number;
 }
 
 function newBatch(): Batch {
-  return { packs: [], open: new Map(), records: 0 };
+  return { packs: [], open: new Map(), last: {}, records: 0 };
 }
 
 export interface HistoryWriterOptions {
@@ -251,6 +253,15 @@ export class HistoryWriter {
   #pack(kind: 'e' | 'a', tenantId: string, at: number): Pack {
     const minute = Math.floor(at / 60_000);
     const b = this.#batch;
+    // The previous record's pack of this kind, most often the one (no key string, no map lookup).
+    const last = b.last[kind];
+    if (
+      last !== undefined &&
+      last.tenantId === tenantId &&
+      last.minute === minute &&
+      last.len < MAX_PACK_BYTES
+    )
+      return last;
     const key = `${kind}\u0000${tenantId}\u0000${minute}`;
     let g = b.open.get(key);
     if (!g || g.len >= MAX_PACK_BYTES) {
@@ -274,6 +285,7 @@ export class HistoryWriter {
       b.open.set(key, g);
       b.packs.push(g);
     }
+    b.last[kind] = g;
     return g;
   }
 

@@ -13,7 +13,12 @@ export class Credits {
   readonly #used = new Map<string, number>();
   readonly #waiters = new Set<() => void>();
   readonly #budget: number;
-  readonly #refs = new WeakMap<Buffer, number>();
+  /**
+   * Held tasks per body. A Map, not a WeakMap: every take is released (the entry goes at zero), and
+   * a WeakMap's entries are ephemerons that every garbage collection has to trace; its get/set was
+   * ~2 % of a worker's samples at one endpoint per event (docs/benchmarks/profile.md).
+   */
+  readonly #refs = new Map<Buffer, number>();
   #bytes = 0;
 
   constructor(bodyBudget = Number.POSITIVE_INFINITY) {
