@@ -26,17 +26,22 @@ export class TenantCounters {
   readonly #redis: RedisClient;
   readonly #keys: Keys;
   readonly #logger: Logger;
-  /** tenant → field → delta not yet in Redis. */
-  #pending = new Map<string, Map<string, number>>();
+  /**
+   * tenant → field → delta not yet in Redis (`fields`), and per endpoint (`eps`, written as
+   * `ep:<eid>:<field>`). Kept by endpoint id rather than by the joined field name: a delivery adds
+   * one, and a name built per add was a new string to hash every time.
+   */
+  #pending = new Map<string, { fields: Map<string, number>; eps: Map<string, Map<string, number>> }>();
   /** One write at a time: deltas summed while a write runs go in the next. */
   readonly #writer = new BatchedWriter<Batch>({
     flushMs: FLUSH_MS,
     serial: true,
     take: () => {
-      const batch = [...this.#pending.entries()].map(([tenantId, m]) => ({
-        tenantId,
-        fields: [...m.entries()].filter(([, n]) => n !== 0),
-      }));
+      const batch = [...this.#pending.entries()].map(([tenantId, p]) => {
+        const fields = [...p.fields.entries()];
+        for (const [eid, m] of p.eps) for (const [f, n] of m) fields.push([`ep:${eid}:${f}`, n]);
+        return { tenantId, fields: fields.filter(([, n]) => n !== 0) };
+      });
       this.#pending = new Map();
       return batch.length > 0 ? batch : undefined;
     },
@@ -49,22 +54,26 @@ export class TenantCounters {
     this.#logger = logger;
   }
 
-  #pendingOf(tenantId: string): Map<string, number> {
-    let m = this.#pending.get(tenantId);
-    if (!m) {
-      m = new Map();
-      this.#pending.set(tenantId, m);
+  #pendingOf(tenantId: string) {
+    let p = this.#pending.get(tenantId);
+    if (!p) {
+      p = { fields: new Map(), eps: new Map() };
+      this.#pending.set(tenantId, p);
     }
-    return m;
+    return p;
   }
 
   add(tenantId: string, field: CounterField, n = 1, endpointId?: string): void {
     if (n === 0) return;
-    const m = this.#pendingOf(tenantId);
-    m.set(field, (m.get(field) ?? 0) + n);
+    const p = this.#pendingOf(tenantId);
+    p.fields.set(field, (p.fields.get(field) ?? 0) + n);
     if (endpointId !== undefined) {
-      const f = `ep:${endpointId}:${field}`;
-      m.set(f, (m.get(f) ?? 0) + n);
+      let m = p.eps.get(endpointId);
+      if (!m) {
+        m = new Map();
+        p.eps.set(endpointId, m);
+      }
+      m.set(field, (m.get(field) ?? 0) + n);
     }
     this.#writer.schedule();
   }
@@ -91,8 +100,8 @@ export class TenantCounters {
       res[i]!.forEach(([e], k) => {
         if (!e) return;
         const [f, n] = b.fields[k]!;
-        const m = this.#pendingOf(b.tenantId);
-        m.set(f, (m.get(f) ?? 0) + n);
+        const { fields } = this.#pendingOf(b.tenantId);
+        fields.set(f, (fields.get(f) ?? 0) + n);
       });
     });
     this.#writer.schedule(RETRY_MS);
