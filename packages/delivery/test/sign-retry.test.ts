@@ -35,7 +35,7 @@ describe('signing (Standard Webhooks)', () => {
     expect(() => new Webhook(generateSecret()).verify(body, headers)).toThrow();
   });
 
-  it("matches the library's signer for keys of 24 to 64 bytes and bodies on both sides of the one-shot size, non-ASCII ids included", () => {
+  it("matches the library's signer for keys of 24 to 64 bytes, bodies of 0 B to 200 KiB and non-ASCII ids", () => {
     const ts = Math.floor(Date.now() / 1000);
     for (const keyBytes of [24, 32, 63, 64])
       for (const size of [0, 1, 255, 16 * 1024, 16 * 1024 + 1, 200 * 1024]) {
