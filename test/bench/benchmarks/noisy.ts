@@ -144,11 +144,13 @@ export const noisy: Benchmark = {
   name: 'noisy',
   title: 'Noisy neighbour',
   method:
-    "One worker process. Tenant `calm` sends R events/s (R = 100; `--quick` 50) through the durable intake to an endpoint answering 200; latency = sink arrival − `sentAt` stamped in the body just before enqueue. Phase 1: calm alone. Phase 2: tenant `flood` adds 10 × R events/s to an endpoint that never answers (5 s timeout), so its credits fill and its backlog spills, while calm keeps sending. Each phase 20 s (`--quick` 8 s) with its own calm tenant; every calm event sent in the phase counts (a bounded wait lets stragglers arrive; one that never arrives makes p99 unbounded). Rounds: 3 (`--quick` 2), each on a fresh prefix with a fresh worker, so no round inherits the previous flood's spilled backlog. Before each phase the project Redis rewrites its AOF and the phase starts when that is done (the growth earlier benchmarks and phases left would otherwise trigger an automatic rewrite, a fork whose child takes a core of this 2-core machine, in the middle of a phase); the notes count the automatic rewrites that still ran during each phase. The ratio is taken within each round, and the verdict uses the worst round's ratio.",
+    "One worker process. Tenant `calm` sends R events/s (R = 100; `--quick` 50) through the durable intake to an endpoint answering 200; latency = sink arrival − `sentAt` stamped in the body just before enqueue. Phase 1: calm alone. Phase 2: tenant `flood` adds 10 × R events/s to an endpoint that never answers (5 s timeout), so its credits fill and its backlog spills, while calm keeps sending. Each phase 40 s (4,000 calm events; `--quick` 8 s) with its own calm tenant (20 s until 2026-12-06: the p99 of 2,000 events, the 20th slowest, moved between rounds of identical code by as much as the target's margin); every calm event sent in the phase counts (a bounded wait lets stragglers arrive; one that never arrives makes p99 unbounded). Rounds: 3 (`--quick` 2), each on a fresh prefix with a fresh worker, so no round inherits the previous flood's spilled backlog. Before each phase the project Redis rewrites its AOF and the phase starts when that is done (the growth earlier benchmarks and phases left would otherwise trigger an automatic rewrite, a fork whose child takes a core of this 2-core machine, in the middle of a phase); the notes count the automatic rewrites that still ran during each phase. The ratio is taken within each round, and the verdict uses the worst round's ratio.",
   targets: ["Healthy tenant's p99 with the flood ÷ p99 alone ≤ 1.5 (worst round)."],
   async run({ quick, rounds, log, round }) {
     const R = quick ? 50 : 100;
-    const phaseMs = quick ? 8000 : 20_000;
+    // 4,000 calm events per phase: a p99 read from 2,000 (its 20 slowest) swung 1.14–2.28× between
+    // rounds of one tree (docs/benchmarks/profile.md).
+    const phaseMs = quick ? 8000 : 40_000;
     const notes: string[] = [];
     const outs: (RoundOut | undefined)[] = [];
     const sink = await startSink();
