@@ -34,7 +34,9 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     await c.startRole('worker');
     const port = ingest.ingestPort!;
     // Which backend took the attack: `auto` falls back to node:http when io_uring cannot start.
-    const used = /io_uring unavailable/.test(ingest.proc.err()) ? 'node (auto fell back)' : (backend ?? 'auto');
+    const used = /io_uring unavailable/.test(ingest.proc.err())
+      ? 'node (auto fell back)'
+      : (backend ?? 'auto');
     const l = new LoadGen(() => port, src);
     load = l;
     l.start(rate);
