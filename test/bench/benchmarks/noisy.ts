@@ -4,6 +4,8 @@
  * Repeated in rounds, each on a fresh prefix and worker; the verdict uses the worst round.
  */
 
+import { createKeys } from '@spillway/shared';
+import { Queue } from 'bullmq';
 import { sleep, waitFor } from '../../helpers/wait.ts';
 import { cpuMicrosOf, rssOf } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
@@ -95,7 +97,26 @@ async function oneRound(
       const floodRun = withFlood
         ? openLoop(() => f.submit('flood'), R * 10, phaseMs)
         : Promise.resolve({ sent: 0, errors: 0 });
+      // Every 5 s of a flood phase: intake jobs waiting and active, and the flood tenant's credits and
+      // spilled count — where its events are while the calm tenant's share the intake queue.
+      const trace: string[] = [];
+      const keys = createKeys(c.prefix);
+      const intakeQ = new Queue(keys.intakeQueue, { connection: c.redis as never, prefix: keys.bullPrefix });
+      const sampler = withFlood
+        ? setInterval(() => {
+            void Promise.all([intakeQ.getJobCounts('waiting', 'active'), tenantCounters(c, 'flood')]).then(
+              ([jc, fc]) =>
+                trace.push(
+                  `${((performance.now() - t0) / 1000).toFixed(0)} s: jobs ${jc.waiting} waiting / ${jc.active} active, flood ${fc.creditsUsed} credits / ${fc.spilled} spilled`,
+                ),
+              () => {},
+            );
+          }, 5000)
+        : undefined;
       const [calm, flood] = await Promise.all([openLoop(() => f.submit(tid), R, phaseMs), floodRun]);
+      clearInterval(sampler);
+      await intakeQ.close();
+      if (trace.length > 0) notes.push(`round ${r}, with flood, every 5 s: ${trace.join('; ')}.`);
       // The worker's CPU over the phase's sending, in % of one core: what the flood costs it.
       const cpu1 = await cpuMicrosOf(w.proc.pid);
       const cpuPct =
