@@ -237,7 +237,7 @@ describe('createPipeline: the body', () => {
     expect(got[0]!.body).toBe(chunk);
   });
 
-  it('hashes chunk by chunk and hands the exact bytes, id, type and content type to the intake', async () => {
+  it('verifies a body written in chunks and hands the exact bytes, id, type and content type to the intake', async () => {
     const { pipeline, got } = setup();
     const body = Buffer.from('{"a": "\u00e9",  "b":[1,2 ,3]}');
     const r = await run(

@@ -244,10 +244,7 @@ async function spillway(
     const redisUs = ((await redisCpuMicros(c)) - redisCpu0) / n;
     // The worker's own CPU time per delivery: unlike a rate, it does not shrink or grow with what
     // else the machine runs (its start-up, before cpu0, is not counted).
-    const cpuUs =
-      cpu0 === undefined || cpu1 === undefined
-        ? undefined
-        : (cpu1 - cpu0) / Math.max(1, Number(d.delivered.split('/')[0]));
+    const cpuUs = cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / n;
     return { ...d, preload, redis, redisUs, cpuUs, cold };
   } finally {
     await feeder?.close().catch(() => {});

@@ -101,8 +101,10 @@ async function oneRound(
       // spilled count — where its events are while the calm tenant's share the intake queue.
       const trace: string[] = [];
       const keys = createKeys(c.prefix);
-      const intakeQ = new Queue(keys.intakeQueue, { connection: c.redis as never, prefix: keys.bullPrefix });
-      const sampler = withFlood
+      const intakeQ = withFlood
+        ? new Queue(keys.intakeQueue, { connection: c.redis as never, prefix: keys.bullPrefix })
+        : undefined;
+      const sampler = intakeQ
         ? setInterval(() => {
             void Promise.all([intakeQ.getJobCounts('waiting', 'active'), tenantCounters(c, 'flood')]).then(
               ([jc, fc]) =>
@@ -115,7 +117,7 @@ async function oneRound(
         : undefined;
       const [calm, flood] = await Promise.all([openLoop(() => f.submit(tid), R, phaseMs), floodRun]);
       clearInterval(sampler);
-      await intakeQ.close();
+      await intakeQ?.close();
       if (trace.length > 0) notes.push(`round ${r}, with flood, every 5 s: ${trace.join('; ')}.`);
       // The worker's CPU over the phase's sending, in % of one core: what the flood costs it.
       const cpu1 = await cpuMicrosOf(w.proc.pid);

@@ -69,6 +69,8 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     const res = await attacked;
     const ingestCpu = ((await cpuMicrosOf(ingest.proc.pid)) ?? 0) - ingestCpu0;
     const attackS = (performance.now() - ingestT0) / 1000;
+    const ingestPct = (ingestCpu / 1e4 / attackS).toFixed(0);
+    const attackerPct = (res.cpuMs / 10 / attackS).toFixed(0);
     const attack = { p50: l.latency.pct(50), p99: l.latency.pct(99), n: l.latency.count };
     const { bursts, swarmOpen, swarmClosed } = res;
     const bigStatuses = new Map(Object.entries(res.statuses));
@@ -78,7 +80,7 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
     const budget = baseRss + BODY_BUDGET + 64 * MiB;
     const big = [...bigStatuses].map(([k, v]) => `${k}:${v}`).join(',');
     log(
-      `attack: p50 ${attack.p50.toFixed(1)} ms p99 ${attack.p99.toFixed(1)} ms over ${attack.n} (×${ratio.toFixed(2)}); swarm open ${swarmOpen}, closed by server ${swarmClosed}; oversized ${big}; ingest RSS max ${(maxRss / MiB).toFixed(0)} MiB (budget ${(budget / MiB).toFixed(0)}); CPU over the attack: ingest ${(ingestCpu / 1e4 / attackS).toFixed(0)} % of a core, attacker ${(res.cpuMs / 10 / attackS).toFixed(0)} %`,
+      `attack: p50 ${attack.p50.toFixed(1)} ms p99 ${attack.p99.toFixed(1)} ms over ${attack.n} (×${ratio.toFixed(2)}); swarm open ${swarmOpen}, closed by server ${swarmClosed}; oversized ${big}; ingest RSS max ${(maxRss / MiB).toFixed(0)} MiB (budget ${(budget / MiB).toFixed(0)}); CPU over the attack: ingest ${ingestPct} % of a core, attacker ${attackerPct} %`,
     );
     const s = await settle(l, sink, 'sl', 90_000, c);
     if ([...bigStatuses.keys()].some((k) => /-2\d\d$/.test(k)))
@@ -104,8 +106,8 @@ export async function slowloris({ short, log }: ScenarioOptions): Promise<Outcom
         oversized: big,
         bursts,
         backend: used,
-        ingest_cpu_pct: (ingestCpu / 1e4 / attackS).toFixed(0),
-        attacker_cpu_pct: (res.cpuMs / 10 / attackS).toFixed(0),
+        ingest_cpu_pct: ingestPct,
+        attacker_cpu_pct: attackerPct,
         rss_budget_MiB: (budget / MiB).toFixed(0),
       },
       failures,

@@ -38,9 +38,14 @@ export class TenantCounters {
     serial: true,
     take: () => {
       const batch = [...this.#pending.entries()].map(([tenantId, p]) => {
-        const fields = [...p.fields.entries()];
-        for (const [eid, m] of p.eps) for (const [f, n] of m) fields.push([`ep:${eid}:${f}`, n]);
-        return { tenantId, fields: fields.filter(([, n]) => n !== 0) };
+        // Summed by name: a failed write's put-back deltas sit in `fields` under the joined name.
+        const fields = p.fields;
+        for (const [eid, m] of p.eps)
+          for (const [f, n] of m) {
+            const name = `ep:${eid}:${f}`;
+            fields.set(name, (fields.get(name) ?? 0) + n);
+          }
+        return { tenantId, fields: [...fields].filter(([, n]) => n !== 0) };
       });
       this.#pending = new Map();
       return batch.length > 0 ? batch : undefined;

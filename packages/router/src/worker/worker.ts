@@ -182,18 +182,22 @@ export async function createWorker(
       // `commands/job-promoted-1.lua`) skips it: at one endpoint per event the redo was ~3 µs of
       // worker and ~3 µs of Redis CPU per delivery (docs/benchmarks/profile.md).
       const fps = events.map((w) => fingerprint(w.i));
-      const seen = new Map(
-        groupByTenant(
-          events.map((w, i): SeenId => ({ tenantId: w.t, fp: fps[i]! })),
-          (id) => id.tenantId,
-        ),
-      );
+      const redo =
+        job.progress === 1
+          ? undefined
+          : new Map(
+              groupByTenant(
+                events.map((w, i): SeenId => ({ tenantId: w.t, fp: fps[i]! })),
+                (id) => id.tenantId,
+              ),
+            );
       // Fan out on config read after the events were accepted (every tenant of the job in one
       // round trip), not on this worker's possibly older view: "create an endpoint, then send"
       // always reaches it.
-      const promoted = job.progress === 1;
-      const read = await engine.freshViews([...seen.keys()], (pipe, tid) => {
-        if (!promoted) queueDedupPromote(pipe, keys, tid, seen.get(tid)!, config.dedupWindowMs, true);
+      const tenants = redo ? [...redo.keys()] : [...new Set(events.map((w) => w.t))];
+      const read = await engine.freshViews(tenants, (pipe, tid) => {
+        const ids = redo?.get(tid);
+        if (ids) queueDedupPromote(pipe, keys, tid, ids, config.dedupWindowMs, true);
       });
       for (const [tid, res] of read.also)
         for (const [err] of res)
