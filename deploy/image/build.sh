@@ -26,6 +26,8 @@ done
 # The native parts the image carries. turbo may report the build cached without the addon on disk.
 addon=packages/ingest/native/build/Release/spillway_uring.node
 [ -f "$addon" ] || node packages/ingest/native/build.mjs >&2 || die "io_uring addon build failed"
+sign=packages/delivery/native/build/Release/spillway_sign.node
+[ -f "$sign" ] || node packages/delivery/native/build.mjs >&2 || die "signing addon build failed"
 SPILLWAY_BPF_REQUIRED=1 bash bpf/build.sh >&2 || die "bpf/build.sh failed"
 edge=bpf/.build/spillway-edge
 node_bin="$(command -v node)"

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import {
@@ -10,6 +10,7 @@ import {
   signingSecrets,
   signPayload,
 } from '../src/index.ts';
+import { hmac, hmacs } from '../src/sign.ts';
 
 describe('signing (Standard Webhooks)', () => {
   it('generates whsec_ secrets of at least 24 random bytes', () => {
@@ -35,20 +36,36 @@ describe('signing (Standard Webhooks)', () => {
     expect(() => new Webhook(generateSecret()).verify(body, headers)).toThrow();
   });
 
-  it("matches the library's signer for keys of 24 to 64 bytes, bodies of 0 B to 200 KiB and non-ASCII ids", () => {
-    const ts = Math.floor(Date.now() / 1000);
-    for (const keyBytes of [24, 32, 63, 64])
-      for (const size of [0, 1, 255, 16 * 1024, 16 * 1024 + 1, 200 * 1024]) {
-        const secret = `whsec_${randomBytes(keyBytes).toString('base64')}`;
-        // Text: the library signs a string (UTF-8), so arbitrary bytes would not round-trip.
-        const body = Buffer.from(randomBytes(size).toString('base64').slice(0, size));
-        for (const id of ['msg_2', 'msg_é✓']) {
-          const sig = signPayload([secret], id, ts, body);
-          expect(sig, `${keyBytes} B key, ${size} B body, id ${id}`).toBe(
-            new Webhook(secret).sign(id, new Date(ts * 1000), body),
-          );
+  it('signs with the native addon (`pnpm run build` builds it)', () => {
+    expect(hmacs.native, 'packages/delivery/native is not built').toBeDefined();
+    expect(hmac.name).toBe('native');
+  });
+
+  for (const impl of [hmacs.native, hmacs.node].filter((h) => h !== undefined))
+    it(`${impl.name}: matches the library's signer for keys of 24 to 64 bytes, bodies of 0 B to 200 KiB and non-ASCII ids`, () => {
+      const ts = Math.floor(Date.now() / 1000);
+      for (const keyBytes of [24, 32, 63, 64])
+        for (const size of [0, 1, 55, 56, 64, 255, 16 * 1024, 16 * 1024 + 1, 200 * 1024]) {
+          const secret = `whsec_${randomBytes(keyBytes).toString('base64')}`;
+          // Text: the library signs a string (UTF-8), so arbitrary bytes would not round-trip.
+          const body = Buffer.from(randomBytes(size).toString('base64').slice(0, size));
+          // A head longer than the addon's 512-byte stack buffer takes its heap path.
+          for (const id of ['msg_2', 'msg_é✓', `msg_${'x'.repeat(600)}`]) {
+            const sig = signPayload([secret], id, ts, body, impl);
+            expect(sig, `${keyBytes} B key, ${size} B body, id ${id.slice(0, 12)}`).toBe(
+              new Webhook(secret).sign(id, new Date(ts * 1000), body),
+            );
+          }
         }
-      }
+    });
+
+  it('a key longer than a SHA-256 block is hashed first (RFC 2104), in both implementations', () => {
+    const raw = randomBytes(100);
+    const secret = `whsec_${raw.toString('base64')}`;
+    const body = Buffer.from('{"long":"key"}');
+    const want = createHmac('sha256', raw).update('msg_k.1.').update(body).digest('base64');
+    for (const impl of [hmacs.native, hmacs.node].filter((h) => h !== undefined))
+      expect(signPayload([secret], 'msg_k', 1, body, impl), impl.name).toBe(`v1,${want}`);
   });
 
   it('during a rotation both secrets sign and receivers on either verify; after the overlap only the new one', () => {
