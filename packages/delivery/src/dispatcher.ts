@@ -140,16 +140,24 @@ export class Dispatcher {
    * One attempt: breaker pre-check, rate tokens (unless `opts.rated`: the caller already took them
    * with `rate()`), a tenant slot, the request.
    */
-  async dispatch(
+  dispatch(
     task: DeliveryTask,
     tenant: Tenant,
     endpoint: Endpoint,
     opts: { rated?: boolean } = {},
   ): Promise<AttemptOutcome> {
+    // Chained, not async: one promise fewer per delivery. A throw still arrives as a rejection.
     const started = performance.now();
-    const outcome = await this.#dispatch([task], undefined, tenant, endpoint, opts.rated === true);
-    this.#report([task], undefined, outcome, started);
-    return outcome;
+    let attempt: Promise<AttemptOutcome>;
+    try {
+      attempt = this.#dispatch([task], undefined, tenant, endpoint, opts.rated === true);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return attempt.then((outcome) => {
+      this.#report([task], undefined, outcome, started);
+      return outcome;
+    });
   }
 
   /**

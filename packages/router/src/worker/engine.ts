@@ -522,28 +522,52 @@ export class Engine {
     this.#pump(lane);
   }
 
-  async #run(lane: Lane, h: Held, tenant: Tenant, ep: Endpoint, rated: boolean): Promise<void> {
-    let outcome: Awaited<ReturnType<DeliveryPort['dispatch']>>;
+  /**
+   * One task's attempt, then its settling. Chained rather than async (and `#settle` returns no
+   * promise when the settler has none): each async layer was a promise and a microtask turn per
+   * delivery (docs/benchmarks/profile.md). A rejection of the chain is what an await would have
+   * thrown: a bug, not an outcome.
+   */
+  #run(lane: Lane, h: Held, tenant: Tenant, ep: Endpoint, rated: boolean): Promise<void> {
+    let attempt: Promise<AttemptOutcome>;
     try {
-      outcome = await this.#d.delivery.dispatch(h.task, tenant, ep, { rated });
+      attempt = this.#d.delivery.dispatch(h.task, tenant, ep, { rated });
     } catch (err) {
-      outcome = { kind: 'retry', error: `internal: ${(err as Error).message}` };
+      attempt = Promise.reject(err);
     }
-    await this.#settle(lane, h, outcome, ep);
+    return attempt.then(
+      (outcome) => this.#settle(lane, h, outcome, ep),
+      (err: unknown) =>
+        this.#settle(lane, h, { kind: 'retry', error: `internal: ${(err as Error).message}` }, ep),
+    );
   }
 
-  /** The attempt is over: hand the task to its next owner, then free its slot, credit and job. */
-  async #settle(lane: Lane, h: Held, outcome: AttemptOutcome, ep: Endpoint): Promise<void> {
+  /**
+   * The attempt is over: hand the task to its next owner, then free its slot, credit and job (after
+   * the hand-off, whether it succeeded or threw). Undefined when the hand-off was synchronous.
+   */
+  #settle(lane: Lane, h: Held, outcome: AttemptOutcome, ep: Endpoint): Promise<void> | undefined {
+    let handOff: Promise<void> | undefined;
     try {
-      await this.#d.settler.outcome(h.task, outcome, ep);
-    } finally {
-      lane.active--;
-      lane.completed(Date.now(), outcome.kind === 'delivered' ? outcome.durationMs : undefined);
-      this.#out(lane, h);
-      h.owner.settle();
-      this.#released();
-      this.#pump(lane);
+      handOff = this.#d.settler.outcome(h.task, outcome, ep);
+    } catch (err) {
+      this.#settled(lane, h, outcome);
+      throw err;
     }
+    if (handOff === undefined) {
+      this.#settled(lane, h, outcome);
+      return undefined;
+    }
+    return handOff.finally(() => this.#settled(lane, h, outcome));
+  }
+
+  #settled(lane: Lane, h: Held, outcome: AttemptOutcome): void {
+    lane.active--;
+    lane.completed(Date.now(), outcome.kind === 'delivered' ? outcome.durationMs : undefined);
+    this.#out(lane, h);
+    h.owner.settle();
+    this.#released();
+    this.#pump(lane);
   }
 
   /** A task leaves its lane: its credit goes back and its job is one task less pinned. */

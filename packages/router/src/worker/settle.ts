@@ -119,22 +119,32 @@ export class Settler {
   /**
    * After an attempt (or a refusal before one: breaker open). `endpoint` (as the attempt saw it)
    * gives the retry policy; without it, or without its own `retry`, SPILLWAY_RETRY_SCHEDULE applies.
+   * Undefined once the task has its next owner already (a delivery outside per-key ordering: its
+   * records are buffered, nothing to wait for), else a promise that resolves when it has one. Not
+   * async: the delivered path is most of a worker's calls, and a promise and a microtask turn each
+   * for nothing were part of its per-delivery cost (docs/benchmarks/profile.md).
    */
-  async outcome(
+  outcome(
     task: DeliveryTask,
     outcome: AttemptOutcome,
     endpoint?: Endpoint,
     batch?: BatchSettle,
+  ): Promise<void> | undefined {
+    if (outcome.kind !== 'delivered') return this.#notDelivered(task, outcome, endpoint, batch);
+    this.#history(task, outcome, 'delivered');
+    this.local(task.tenantId).delivered++;
+    this.#ep(task.tenantId, task.endpointId).delivered++;
+    this.#d.counters.add(task.tenantId, 'delivered', 1, task.endpointId);
+    return this.#store(task)?.done(task);
+  }
+
+  async #notDelivered(
+    task: DeliveryTask,
+    outcome: Exclude<AttemptOutcome, { kind: 'delivered' }>,
+    endpoint?: Endpoint,
+    batch?: BatchSettle,
   ): Promise<void> {
     const d = this.#d;
-    if (outcome.kind === 'delivered') {
-      this.#history(task, outcome, 'delivered');
-      this.local(task.tenantId).delivered++;
-      this.#ep(task.tenantId, task.endpointId).delivered++;
-      d.counters.add(task.tenantId, 'delivered', 1, task.endpointId);
-      await this.#store(task)?.done(task);
-      return;
-    }
     if (outcome.kind === 'deferred') {
       // No attempt was made (breaker open): same attempt number, later.
       await this.#retry(task, outcome.retryAfterMs);
