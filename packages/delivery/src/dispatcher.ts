@@ -301,8 +301,11 @@ export class Dispatcher {
     return slots.limit(() => this.#inSlot(tasks, batch, tenant, endpoint, plan, slots));
   }
 
-  /** Holding one of the tenant's slots: breaker, then the request. */
-  async #inSlot(
+  /**
+   * Holding one of the tenant's slots: breaker, then the request. Chained rather than async, as
+   * `#attempt` is: a promise and a microtask turn fewer per delivery.
+   */
+  #inSlot(
     tasks: readonly DeliveryTask[],
     batch: string | undefined,
     tenant: Tenant,
@@ -311,25 +314,38 @@ export class Dispatcher {
     slots: TenantSlots,
   ): Promise<AttemptOutcome> {
     const signal = this.#closing.signal;
-    if (signal.aborted) return { kind: 'retry', error: 'shutdown' };
+    if (signal.aborted) return Promise.resolve({ kind: 'retry', error: 'shutdown' });
     const task = tasks[0]!;
     const entry = this.#breakers.get(task.tenantId, task.endpointId);
     const b = entry.breaker;
     if (!b.closed && !b.pendingClose)
-      return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
+      return Promise.resolve({
+        kind: 'deferred',
+        reason: 'breaker_open',
+        retryAfterMs: this.#breakers.retryAfter(entry),
+      });
     slots.open++;
+    let fired: Promise<unknown>;
     try {
-      return (await b.fire(() => this.#attempt(tasks, batch, endpoint, plan, tenant))) as AttemptOutcome;
+      fired = b.fire(() => this.#attempt(tasks, batch, endpoint, plan, tenant));
     } catch (err) {
-      if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
-      const code = (err as { code?: string }).code;
-      if (code === 'EOPENBREAKER')
-        return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
-      if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' };
-      return { kind: 'retry', error: `connect_error: ${(err as Error).message}` };
-    } finally {
-      slots.open--;
+      fired = Promise.reject(err);
     }
+    return fired.then(
+      (o) => {
+        slots.open--;
+        return o as AttemptOutcome;
+      },
+      (err: unknown): AttemptOutcome => {
+        slots.open--;
+        if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
+        const code = (err as { code?: string }).code;
+        if (code === 'EOPENBREAKER')
+          return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
+        if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' };
+        return { kind: 'retry', error: `connect_error: ${(err as Error).message}` };
+      },
+    );
   }
 
   /**
@@ -346,9 +362,25 @@ export class Dispatcher {
 
   /**
    * One HTTP attempt carrying one event, or a batch of them (`batch` = its id). Resolves on 2xx;
-   * throws AttemptFailure (carrying the outcome) otherwise.
+   * rejects with AttemptFailure (carrying the outcome) otherwise.
    */
-  async #attempt(
+  #attempt(
+    tasks: readonly DeliveryTask[],
+    batch: string | undefined,
+    endpoint: Endpoint,
+    plan: EndpointPlan,
+    tenant: Tenant,
+  ): Promise<AttemptOutcome> {
+    // Chained rather than async (a promise and a microtask turn fewer per delivery); a throw
+    // before the request still arrives as a rejection.
+    try {
+      return this.#request(tasks, batch, endpoint, plan, tenant);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  #request(
     tasks: readonly DeliveryTask[],
     batch: string | undefined,
     endpoint: Endpoint,
@@ -388,46 +420,53 @@ export class Dispatcher {
       if (o.kind === 'delivered') return o;
       throw new AttemptFailure('error' in o ? o.error : o.kind, counts, o);
     };
-    let h: AttemptHandler;
-    try {
-      h = await new Promise<AttemptHandler>((resolve, reject) => {
-        agent.dispatch(
-          {
-            origin: url.origin,
-            path: url.path,
-            method: 'POST',
-            headers,
-            body,
-            headersTimeout: timeoutMs,
-            bodyTimeout: timeoutMs,
-          },
-          new AttemptHandler(this.#maxResponseBytes, resolve, reject),
-        );
-      });
-    } catch (err) {
-      // This worker's own close cut the attempt short: it says nothing about the endpoint. Neither
-      // does an SSRF refusal (the target's address): the breaker ignores both.
-      if (this.#closing.signal.aborted) return done({ kind: 'retry', error: 'shutdown' }, false);
-      const o = classifyError(err);
-      return done(o, !('error' in o && o.error === 'target_forbidden'));
-    }
-    const status = h.status;
-    excerpt = h.excerpt;
-    const retryAfter = h.retryAfter;
-    const durationMs = Math.round(performance.now() - started);
-    if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);
-    if (status === 410) return done({ kind: 'fail', status, error: 'gone' }, false);
-    const counts = status >= 500 || status < 400 || status === 408 || status === 429;
-    // The endpoint said this answer will not change by waiting (its retry.permanentStatuses).
-    if (plan.permanent?.has(status)) return done({ kind: 'fail', status, error: `http_${status}` }, counts);
-    if (status === 429 || status === 503) {
-      const ra = parseRetryAfter(retryAfter);
-      return done(
-        { kind: 'retry', status, error: `http_${status}`, ...(ra === undefined ? {} : { retryAfterMs: ra }) },
-        counts,
+    return new Promise<AttemptHandler>((resolve, reject) => {
+      agent.dispatch(
+        {
+          origin: url.origin,
+          path: url.path,
+          method: 'POST',
+          headers,
+          body,
+          headersTimeout: timeoutMs,
+          bodyTimeout: timeoutMs,
+        },
+        new AttemptHandler(this.#maxResponseBytes, resolve, reject),
       );
-    }
-    return done({ kind: 'retry', status, error: `http_${status}` }, counts);
+    }).then(
+      (h) => {
+        const status = h.status;
+        excerpt = h.excerpt;
+        const retryAfter = h.retryAfter;
+        const durationMs = Math.round(performance.now() - started);
+        if (status >= 200 && status < 300) return done({ kind: 'delivered', status, durationMs }, false);
+        if (status === 410) return done({ kind: 'fail', status, error: 'gone' }, false);
+        const counts = status >= 500 || status < 400 || status === 408 || status === 429;
+        // The endpoint said this answer will not change by waiting (its retry.permanentStatuses).
+        if (plan.permanent?.has(status))
+          return done({ kind: 'fail', status, error: `http_${status}` }, counts);
+        if (status === 429 || status === 503) {
+          const ra = parseRetryAfter(retryAfter);
+          return done(
+            {
+              kind: 'retry',
+              status,
+              error: `http_${status}`,
+              ...(ra === undefined ? {} : { retryAfterMs: ra }),
+            },
+            counts,
+          );
+        }
+        return done({ kind: 'retry', status, error: `http_${status}` }, counts);
+      },
+      (err: unknown) => {
+        // This worker's own close cut the attempt short: it says nothing about the endpoint. Neither
+        // does an SSRF refusal (the target's address): the breaker ignores both.
+        if (this.#closing.signal.aborted) return done({ kind: 'retry', error: 'shutdown' }, false);
+        const o = classifyError(err);
+        return done(o, !('error' in o && o.error === 'target_forbidden'));
+      },
+    );
   }
 
   #tenantSlots(tenantId: string, concurrency: number): TenantSlots {
