@@ -303,7 +303,7 @@ export class Dispatcher {
 
   /**
    * Holding one of the tenant's slots: breaker, then the request. Chained rather than async, as
-   * `#attempt` is: a promise and a microtask turn fewer per delivery.
+   * `#request` is: a promise and a microtask turn fewer per delivery.
    */
   #inSlot(
     tasks: readonly DeliveryTask[],
@@ -327,7 +327,13 @@ export class Dispatcher {
     slots.open++;
     let fired: Promise<unknown>;
     try {
-      fired = b.fire(() => this.#attempt(tasks, batch, endpoint, plan, tenant));
+      fired = b.fire(() => {
+        try {
+          return this.#request(tasks, batch, endpoint, plan, tenant);
+        } catch (err) {
+          return Promise.reject(err);
+        }
+      });
     } catch (err) {
       fired = Promise.reject(err);
     }
@@ -362,24 +368,10 @@ export class Dispatcher {
 
   /**
    * One HTTP attempt carrying one event, or a batch of them (`batch` = its id). Resolves on 2xx;
-   * rejects with AttemptFailure (carrying the outcome) otherwise.
+   * rejects with AttemptFailure (carrying the outcome) otherwise. Chained rather than async (a
+   * promise and a microtask turn fewer per delivery): a throw before the request is turned into a
+   * rejection by the caller.
    */
-  #attempt(
-    tasks: readonly DeliveryTask[],
-    batch: string | undefined,
-    endpoint: Endpoint,
-    plan: EndpointPlan,
-    tenant: Tenant,
-  ): Promise<AttemptOutcome> {
-    // Chained rather than async (a promise and a microtask turn fewer per delivery); a throw
-    // before the request still arrives as a rejection.
-    try {
-      return this.#request(tasks, batch, endpoint, plan, tenant);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-  }
-
   #request(
     tasks: readonly DeliveryTask[],
     batch: string | undefined,
