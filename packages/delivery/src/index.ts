@@ -29,6 +29,7 @@ export {
   parseEd25519PrivateKey,
   rotateSecret,
   signEd25519,
+  signingImplementation,
   signingSecrets,
   signPayload,
   WHPK_PREFIX,

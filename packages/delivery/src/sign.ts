@@ -93,6 +93,8 @@ export const hmacs: { readonly native: Hmac | undefined; readonly node: Hmac } =
 };
 /** The one the worker signs with. */
 export const hmac: Hmac = hmacs.native ?? hmacs.node;
+/** Which one that is, for the worker's start-up line: `native`, or `node:crypto` when the addon is not built. */
+export const signingImplementation: Hmac['name'] = hmac.name;
 
 /** The `webhook-signature` header value: one `v1,<b64>` per secret, space-separated. */
 export function signPayload(

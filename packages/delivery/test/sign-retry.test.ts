@@ -10,7 +10,7 @@ import {
   signingSecrets,
   signPayload,
 } from '../src/index.ts';
-import { hmac, hmacs } from '../src/sign.ts';
+import { hmac, hmacs, signingImplementation } from '../src/sign.ts';
 
 describe('signing (Standard Webhooks)', () => {
   it('generates whsec_ secrets of at least 24 random bytes', () => {
@@ -39,6 +39,7 @@ describe('signing (Standard Webhooks)', () => {
   it('signs with the native addon (`pnpm run build` builds it)', () => {
     expect(hmacs.native, 'packages/delivery/native is not built').toBeDefined();
     expect(hmac.name).toBe('native');
+    expect(signingImplementation).toBe('native');
   });
 
   for (const impl of [hmacs.native, hmacs.node].filter((h) => h !== undefined))

@@ -4,13 +4,15 @@ import {
   Dispatcher,
   nextRetryDelay,
   retrySchedule,
+  signingImplementation,
 } from '@spillway/delivery';
 import type { Endpoint, Keys, Logger, RedisClient, SpillwayEvent, Tenant } from '@spillway/shared';
 import type { DeliveryTask } from './fanout.ts';
 
 export type { AttemptOutcome };
 /** An endpoint's retry policy against the default schedule (delivery's; used by settle.ts). */
-export { retrySchedule };
+/** `native` (the signing addon) or `node:crypto`: logged when a worker starts. */
+export { retrySchedule, signingImplementation };
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
 

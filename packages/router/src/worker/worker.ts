@@ -18,7 +18,7 @@ import type { RoleContext, RoleHandle } from '../roles/roles.ts';
 import type { Runtime } from '../roles/runtime.ts';
 import { Drainer } from '../spill/drainer.ts';
 import { SpillProducer } from '../spill/producer.ts';
-import { createDeliveryPort, type DeliveryPort } from './deliver.ts';
+import { createDeliveryPort, type DeliveryPort, signingImplementation } from './deliver.ts';
 import { Engine } from './engine.ts';
 import { type DeliveryTask, eventFromWire, fanOut, taskFromWire } from './fanout.ts';
 import { FetchGate, GatedWorker } from './fetch-gate.ts';
@@ -309,7 +309,7 @@ export async function createWorker(
   });
   await drainer.start();
   const stopStats = startStatsPublisher(rt.redis, keys, rt.workerId, engine, logger);
-  logger.info({ workerId: rt.workerId }, 'worker started');
+  logger.info({ workerId: rt.workerId, signing: signingImplementation }, 'worker started');
 
   let closing: Promise<void> | undefined;
   return {
