@@ -96,6 +96,17 @@ describe('container image', () => {
     }
   });
 
+  it('signs with the native addon inside the image, not the node:crypto fallback', async () => {
+    const out = await podman([
+      'exec',
+      roles.worker!.name,
+      '/usr/local/bin/node',
+      '-e',
+      "import('/app/packages/delivery/src/sign.ts').then((m) => console.log(m.signingImplementation))",
+    ]);
+    expect(out.trim()).toBe('native');
+  });
+
   it('serves /healthz, /readyz and /metrics on every role', async () => {
     for (const r of Object.values(roles)) {
       const base = `http://127.0.0.1:${r.adminPort}`;
