@@ -60,6 +60,20 @@ describe('signing (Standard Webhooks)', () => {
         }
     });
 
+  it('heads around the native stack buffer (512 bytes) sign right, multi-byte characters at its edge too', () => {
+    const ts = Math.floor(Date.now() / 1000);
+    const secret = generateSecret();
+    const body = Buffer.from('{"edge":true}');
+    for (const impl of [hmacs.native, hmacs.node].filter((h) => h !== undefined))
+      for (let n = 480; n < 520; n++)
+        for (const tail of ['', 'é', '✓', '😀']) {
+          const id = 'x'.repeat(n) + tail;
+          expect(signPayload([secret], id, ts, body, impl), `${impl.name} ${n} + ${tail}`).toBe(
+            new Webhook(secret).sign(id, new Date(ts * 1000), body),
+          );
+        }
+  });
+
   it('a key longer than a SHA-256 block is hashed first (RFC 2104), in both implementations', () => {
     const raw = randomBytes(100);
     const secret = `whsec_${raw.toString('base64')}`;

@@ -68,12 +68,17 @@ static napi_value mac(napi_env env, napi_callback_info info) {
   if (napi_get_buffer_info(env, argv[0], &kd, &kn) != napi_ok || kn != sizeof(spw_hmac_key))
     THROW("mac: the key is not one made by key()");
   if (napi_get_buffer_info(env, argv[2], &body, &bn) != napi_ok) THROW("mac: the body is not a Buffer");
-  /* The head is `<msg id>.<timestamp>.`: short, so a stack buffer; a longer one goes to the heap. */
+  /*
+   * The head is `<msg id>.<timestamp>.`: short, so a stack buffer; a longer one goes to the heap.
+   * N-API truncates without splitting a character, so a copy that may have been cut short ends
+   * within 3 bytes (the longest UTF-8 character less one) of the buffer's last usable byte.
+   */
   char stack[512];
   char *head = stack;
   size_t hn;
-  if (napi_get_value_string_utf8(env, argv[1], stack, sizeof stack, &hn) != napi_ok) THROW("mac: the head is not a string");
-  if (hn >= sizeof stack - 1) {
+  if (napi_get_value_string_utf8(env, argv[1], stack, sizeof stack, &hn) != napi_ok)
+    THROW("mac: the head is not a string");
+  if (hn >= sizeof stack - 4) {
     napi_get_value_string_utf8(env, argv[1], NULL, 0, &hn);
     head = malloc(hn + 1);
     if (!head) THROW("mac: out of memory");

@@ -10,8 +10,11 @@ import type { Endpoint, Keys, Logger, RedisClient, SpillwayEvent, Tenant } from 
 import type { DeliveryTask } from './fanout.ts';
 
 export type { AttemptOutcome };
-/** An endpoint's retry policy against the default schedule (delivery's; used by settle.ts). */
-/** `native` (the signing addon) or `node:crypto`: logged when a worker starts. */
+/**
+ * `retrySchedule`: an endpoint's retry policy against the default schedule (delivery's; used by
+ * settle.ts). `signingImplementation`: `native` (the signing addon) or `node:crypto`, named in the
+ * worker's start-up line.
+ */
 export { retrySchedule, signingImplementation };
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
