@@ -325,33 +325,29 @@ export class Dispatcher {
         retryAfterMs: this.#breakers.retryAfter(entry),
       });
     slots.open++;
-    let fired: Promise<unknown>;
-    try {
-      fired = b.fire(() => {
-        try {
-          return this.#request(tasks, batch, endpoint, plan, tenant);
-        } catch (err) {
-          return Promise.reject(err);
-        }
-      });
-    } catch (err) {
-      fired = Promise.reject(err);
-    }
-    return fired.then(
-      (o) => {
-        slots.open--;
-        return o as AttemptOutcome;
-      },
-      (err: unknown): AttemptOutcome => {
-        slots.open--;
-        if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
-        const code = (err as { code?: string }).code;
-        if (code === 'EOPENBREAKER')
-          return { kind: 'deferred', reason: 'breaker_open', retryAfterMs: this.#breakers.retryAfter(entry) };
-        if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' };
-        return { kind: 'retry', error: `connect_error: ${(err as Error).message}` };
-      },
-    );
+    // opossum runs the action inside its own try: a throw before the request arrives here as a
+    // rejection (and counts against the breaker, as a rejected attempt does).
+    return b
+      .fire(() => this.#request(tasks, batch, endpoint, plan, tenant))
+      .then(
+        (o) => {
+          slots.open--;
+          return o as AttemptOutcome;
+        },
+        (err: unknown): AttemptOutcome => {
+          slots.open--;
+          if (err instanceof AttemptFailure) return err.payload as AttemptOutcome;
+          const code = (err as { code?: string }).code;
+          if (code === 'EOPENBREAKER')
+            return {
+              kind: 'deferred',
+              reason: 'breaker_open',
+              retryAfterMs: this.#breakers.retryAfter(entry),
+            };
+          if (code === 'ETIMEDOUT') return { kind: 'retry', error: 'timeout' };
+          return { kind: 'retry', error: `connect_error: ${(err as Error).message}` };
+        },
+      );
   }
 
   /**
@@ -370,7 +366,7 @@ export class Dispatcher {
    * One HTTP attempt carrying one event, or a batch of them (`batch` = its id). Resolves on 2xx;
    * rejects with AttemptFailure (carrying the outcome) otherwise. Chained rather than async (a
    * promise and a microtask turn fewer per delivery): a throw before the request is turned into a
-   * rejection by the caller.
+   * rejection by the breaker that fires it (`#inSlot`).
    */
   #request(
     tasks: readonly DeliveryTask[],

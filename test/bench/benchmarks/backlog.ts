@@ -5,8 +5,7 @@
  * prefixes; the verdict uses the worst round's peak.
  */
 
-import { createKeys } from '@spillway/shared';
-import { Queue } from 'bullmq';
+import { createKeys, createQueue } from '@spillway/shared';
 import { sleep, waitFor } from '../../helpers/wait.ts';
 import { rssOf, rssSampler } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
@@ -32,7 +31,7 @@ async function oneRound(
   const tag = `big-r${r}`;
   let feeder: Awaited<ReturnType<typeof openIntake>> | undefined;
   const keys = createKeys(c.prefix);
-  const q = new Queue(keys.intakeQueue, { connection: c.redis as never, prefix: keys.bullPrefix });
+  const q = createQueue(c.redis, keys, keys.intakeQueue);
   let sampler: ReturnType<typeof rssSampler> | undefined;
   let workerPid = 0;
   let enqueued = 0;

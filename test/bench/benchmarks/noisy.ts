@@ -4,8 +4,7 @@
  * Repeated in rounds, each on a fresh prefix and worker; the verdict uses the worst round.
  */
 
-import { createKeys } from '@spillway/shared';
-import { Queue } from 'bullmq';
+import { createKeys, createQueue } from '@spillway/shared';
 import { sleep, waitFor } from '../../helpers/wait.ts';
 import { cpuMicrosOf, rssOf } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
@@ -101,9 +100,7 @@ async function oneRound(
       // spilled count — where its events are while the calm tenant's share the intake queue.
       const trace: string[] = [];
       const keys = createKeys(c.prefix);
-      const intakeQ = withFlood
-        ? new Queue(keys.intakeQueue, { connection: c.redis as never, prefix: keys.bullPrefix })
-        : undefined;
+      const intakeQ = withFlood ? createQueue(c.redis, keys, keys.intakeQueue) : undefined;
       const sampler = intakeQ
         ? setInterval(() => {
             void Promise.all([intakeQ.getJobCounts('waiting', 'active'), tenantCounters(c, 'flood')]).then(
