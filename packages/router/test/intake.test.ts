@@ -224,4 +224,34 @@ describe('durable intake', () => {
     process.kill(pid, 'SIGCONT');
     expect(await intake.submit(makeEvent('acme', 'w2'))).toEqual({ id: 'w2', duplicate: false });
   });
+  it('a commit whose replicas are still being asked when the commit times out answers 503, never 202 (a master killed between its add and its WAIT)', async () => {
+    const master = await startPrivateRedis({ aof: 'off' });
+    cleanup.push(() => master.destroy());
+    const replica = await startPrivateRedis({ aof: 'off' });
+    cleanup.push(() => replica.destroy());
+    const { Redis } = await import('ioredis');
+    const r = new Redis(replica.url);
+    cleanup.push(async () => r.disconnect());
+    await r.replicaof('127.0.0.1', master.port);
+    await waitFor(
+      async () => (await r.info('replication')).includes('master_link_status:up'),
+      'replica in sync',
+      20_000,
+    );
+    const pid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1]);
+    // WAIT may take longer than the commit's 3 s: the commit times out while it is being asked.
+    const { rt, intake } = intakeOn({
+      SPILLWAY_REDIS_URL: master.url,
+      SPILLWAY_REDIS_WAIT_REPLICAS: '1',
+      SPILLWAY_REDIS_WAIT_TIMEOUT: '6s',
+    });
+    expect(await intake.submit(makeEvent('acme', 't0'))).toEqual({ id: 't0', duplicate: false });
+    process.kill(pid, 'SIGSTOP');
+    cleanup.push(async () => void process.kill(pid, 'SIGCONT'));
+    const err = await intake.submit(makeEvent('acme', 't1')).catch((e: unknown) => e);
+    // The job was added to the master, and nothing confirmed it: not durable, so not accepted.
+    expect(isSpillwayError(err, 'SPW_ERR_UNAVAILABLE')).toBe(true);
+    expect(await rt.redis.get(`${rt.keys.dedupBase('acme')}:p:${fingerprint('t1').dedup}`)).toBeNull();
+    process.kill(pid, 'SIGCONT');
+  }, 30_000);
 });

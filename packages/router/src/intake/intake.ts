@@ -182,7 +182,6 @@ export class DurableIntake implements Intake {
     const endTimer = intakeCommitSeconds.startTimer();
     intakeBatchEvents.observe(batch.length);
     let reserved: Pending[] = [];
-    let added = false;
     let jobKey = '';
     try {
       await withTimeout(
@@ -248,34 +247,30 @@ export class DurableIntake implements Intake {
           }
           const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
           jobKey = this.#queue.toKey((await this.#queue.add('batch', data, JOB_OPTS)).id!);
-          added = true;
-          if (this.#waitReplicas > 0 && !(await this.#replicated())) {
-            // The job is on the master only: a failover now would lose it. Answer 503 and release
-            // the markers, so the provider's retry is accepted again (at worst delivered twice:
-            // the worker promotes the markers when it runs this job, which also makes the retry a
-            // duplicate if it comes later).
-            added = false;
+          if (this.#waitReplicas > 0 && !(await this.#replicated(jobKey))) {
+            // The job is on the master only, or the node answering now is not the one that took
+            // it (a failover): it may be lost. Answer 503 and release the markers, so the
+            // provider's retry is accepted again (at worst delivered twice: the worker promotes
+            // the markers when it runs this job, which also makes the retry a duplicate if it
+            // comes later).
             throw errors.unavailable('the commit was not confirmed by a Redis replica in time', {
               retryAfter: 1,
             });
           }
+          // Durable only from here: a commit timeout that fires while the replicas are still
+          // being asked (a master killed between the add and its WAIT) answers 503, never 202.
         })(),
         COMMIT_TIMEOUT_MS,
       );
     } catch (err) {
       this.#logger.warn({ err, events: batch.length }, 'intake commit failed');
-      intakeBatchesTotal.inc({ outcome: added ? 'committed' : 'failed' });
+      intakeBatchesTotal.inc({ outcome: 'failed' });
       endTimer();
-      publishCommit(batch.length, added ? 'committed' : 'failed', started, added ? reserved : [], err);
+      publishCommit(batch.length, 'failed', started, [], err);
       const failure = errors.unavailable('durable storage cannot take the event right now', {
         cause: err,
         retryAfter: 1,
       });
-      if (added) {
-        // Durable after all (the timeout fired late): answer truthfully.
-        for (const p of reserved) p.resolve({ id: p.event.id, duplicate: false });
-        reserved = [];
-      }
       for (const p of reserved) void this.#redis.dedupRelease(this.#pendingKey(p), marker).catch(() => {});
       for (const p of batch) p.reject(failure); // no-op for the ones already settled
       return;
@@ -325,18 +320,21 @@ export class DurableIntake implements Intake {
   }
 
   /**
-   * Whether the intake queue's node has this commit on enough replicas: WAIT on that node's
-   * connection (the pipeline's key routes it there on a cluster, like BullMQ's add) for
-   * min(SPILLWAY_REDIS_WAIT_REPLICAS, replicas connected now). With none connected (a replica died,
-   * or a failover promoted one that has none yet) there is nothing to wait for: the commit is
-   * answered as on a standalone Redis, with one warning per such period, rather than 503s for as
-   * long as the node has no replica — a 503 that a provider does not retry loses the event for good.
+   * Whether the commit of job `jobKey` is on enough replicas: WAIT for min(SPILLWAY_REDIS_WAIT_REPLICAS,
+   * replicas connected now) on the job's node (the key routes the pipeline there on a cluster, like
+   * BullMQ's add, so it runs on the connection that wrote the job). The same pipeline first asks
+   * that node whether it holds the job: after a failover between the add and this call, the
+   * pipeline reaches the promoted replica on a new connection, where WAIT vouches for nothing
+   * (it counts that connection's own writes, of which there are none) and the job may be missing.
+   * With no replica connected (a replica died, or a failover promoted one that has none yet)
+   * there is nothing to wait for: the commit is answered once the node holds the job, as on a
+   * standalone Redis, with one warning per such period, rather than 503s for as long as the node
+   * has no replica — a 503 that a provider does not retry loses the event for good.
    */
-  async #replicated(): Promise<boolean> {
-    const key = this.#keys.intakeQueueKey;
+  async #replicated(jobKey: string): Promise<boolean> {
     const now = Date.now();
     if (!this.#replicaCount || now - this.#replicaCount.at >= REPLICA_COUNT_MS) {
-      const res = await this.#redis.pipeline().exists(key).call('ROLE').exec();
+      const res = await this.#redis.pipeline().exists(jobKey).call('ROLE').exec();
       const [err, role] = res?.[1] ?? [new Error('pipeline aborted'), null];
       if (err) throw err;
       const r = role as [string, unknown, unknown[]?];
@@ -348,8 +346,19 @@ export class DurableIntake implements Intake {
       this.#replicaCount = { n, at: now };
     }
     const want = Math.min(this.#waitReplicas, this.#replicaCount.n);
+    const pipe = this.#redis.pipeline().exists(jobKey);
+    if (want > 0) pipe.call('WAIT', want, this.#waitTimeoutMs);
+    const res = await pipe.exec();
+    const [existsErr, exists] = res?.[0] ?? [new Error('pipeline aborted'), 0];
+    if (existsErr) throw existsErr;
+    // Not on this node: taken by another node that failed since (a worker that already finished
+    // the job within this round trip is the harmless case: it promoted the ids, so a retry is a
+    // duplicate).
+    if (Number(exists) !== 1) {
+      this.#replicaCount = undefined;
+      return false;
+    }
     if (want === 0) return true;
-    const res = await this.#redis.pipeline().exists(key).call('WAIT', want, this.#waitTimeoutMs).exec();
     const [err, acked] = res?.[1] ?? [new Error('pipeline aborted'), 0];
     if (err) throw err;
     if (Number(acked) >= want) return true;
