@@ -25,6 +25,22 @@ function intakeOn(overrides: Record<string, string> = {}) {
   return { rt, intake };
 }
 
+/** A private redis-server replicating `masterPort`, in sync; its pid (to SIGSTOP it). */
+async function replicaOf(masterPort: number): Promise<number> {
+  const replica = await startPrivateRedis({ aof: 'off' });
+  cleanup.push(() => replica.destroy());
+  const { Redis } = await import('ioredis');
+  const r = new Redis(replica.url);
+  cleanup.push(async () => r.disconnect());
+  await r.replicaof('127.0.0.1', masterPort);
+  await waitFor(
+    async () => (await r.info('replication')).includes('master_link_status:up'),
+    'replica in sync',
+    20_000,
+  );
+  return Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1]);
+}
+
 async function jobsIn(rt: Runtime): Promise<{ count: number; events: number }> {
   const q = new Queue(rt.keys.intakeQueue, { connection: rt.redis as never, prefix: rt.keys.bullPrefix });
   const jobs = await q.getJobs(['wait', 'active', 'delayed', 'completed']);
@@ -191,18 +207,7 @@ describe('durable intake', () => {
     // No replica connected: nothing to wait for, accepted as on a standalone Redis.
     expect(await intake.submit(makeEvent('acme', 'w0'))).toEqual({ id: 'w0', duplicate: false });
 
-    const replica = await startPrivateRedis({ aof: 'off' });
-    cleanup.push(() => replica.destroy());
-    const { Redis } = await import('ioredis');
-    const r = new Redis(replica.url);
-    cleanup.push(async () => r.disconnect());
-    await r.replicaof('127.0.0.1', master.port);
-    await waitFor(
-      async () => (await r.info('replication')).includes('master_link_status:up'),
-      'replica in sync',
-      20_000,
-    );
-    const pid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1]);
+    const pid = await replicaOf(master.port);
     // The replica count is cached for a second: let the intake see the replica.
     await waitFor(
       async () => (await intake.submit(makeEvent('acme', `w1-${Date.now()}`)).catch(() => null)) !== null,
@@ -227,18 +232,7 @@ describe('durable intake', () => {
   it('a commit whose replicas are still being asked when the commit times out answers 503, never 202 (a master killed between its add and its WAIT)', async () => {
     const master = await startPrivateRedis({ aof: 'off' });
     cleanup.push(() => master.destroy());
-    const replica = await startPrivateRedis({ aof: 'off' });
-    cleanup.push(() => replica.destroy());
-    const { Redis } = await import('ioredis');
-    const r = new Redis(replica.url);
-    cleanup.push(async () => r.disconnect());
-    await r.replicaof('127.0.0.1', master.port);
-    await waitFor(
-      async () => (await r.info('replication')).includes('master_link_status:up'),
-      'replica in sync',
-      20_000,
-    );
-    const pid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1]);
+    const pid = await replicaOf(master.port);
     // WAIT may take longer than the commit's 3 s: the commit times out while it is being asked.
     const { rt, intake } = intakeOn({
       SPILLWAY_REDIS_URL: master.url,

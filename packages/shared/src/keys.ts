@@ -26,6 +26,12 @@ export interface Keys {
   readonly intakeQueueKey: string;
   /** Kafka consumer group of the spill drainer. */
   readonly drainGroup: string;
+  /**
+   * ZSET tenantId → when Kafka last acknowledged a spill record of it (ms): the drainer's "who else
+   * is behind this look-ahead" (packages/router/src/spill/activity.ts). Trimmed to a day by the
+   * spill producer; expires a day after the last spill.
+   */
+  readonly spillActivity: string;
 
   tenant(tenantId: string): string;
   endpoints(tenantId: string): string;
@@ -116,6 +122,7 @@ export function createKeys(prefix: string): Keys {
     intakeQueueKey: `{${prefix}}:intake:meta`,
     retryQueue: 'retry',
     drainGroup: `${prefix}-drain`,
+    spillActivity: `${prefix}:spill-activity`,
     tenant: (tenantId: string) => `${t(tenantId)}:tenant`,
     endpoints: (tenantId: string) => `${t(tenantId)}:endpoints`,
     dlq: (tenantId: string) => `${t(tenantId)}:dlq`,

@@ -5,6 +5,7 @@ import type { TenantCounters } from '../records/counters.ts';
 import type { Engine } from '../worker/engine.ts';
 import { type DeliveryTask, taskFromWire, type WireTask } from '../worker/fanout.ts';
 import type { Owner } from '../worker/lanes.ts';
+import type { SpillActivity } from './activity.ts';
 import type { SpillProducer } from './producer.ts';
 
 /**
@@ -65,6 +66,11 @@ export interface DrainerOptions {
   engine: Engine;
   /** Re-appends blocked tasks to the tail of the topic. */
   producer: SpillProducer;
+  /**
+   * Who spilled lately (the producer notes it): tells whether the records behind a blocked
+   * look-ahead are only the blocked tenants' own. Without it, any record behind counts as another's.
+   */
+  activity?: SpillActivity;
   logger: Logger;
   /** Shared per-tenant counters: a record the drainer resolves leaves the tenant's spilled backlog. */
   counters: TenantCounters;
@@ -80,9 +86,11 @@ export interface DrainerOptions {
  *     through a durable hand-off, or was re-appended to the tail and acked);
  *   - when nothing is running and only blocked tasks remain, re-append them to the tail (produce
  *     first, then resolve) — at once if the batch made progress for others, after BLOCKED_WAIT_MS
- *     if other records wait behind the look-ahead — so a paused or saturated tenant never holds back
- *     another tenant on the partition. With nothing behind, wait up to IDLE_BLOCKED_WAIT_MS (waking
- *     on resume, credits or new records) so a long pause does not churn its backlog every second.
+ *     if another tenant's records wait behind the look-ahead — so a paused or saturated tenant never
+ *     holds back another tenant on the partition. With nothing behind, or only more of the blocked
+ *     tenants' own records (SpillActivity says no one else spilled there since), wait up to
+ *     IDLE_BLOCKED_WAIT_MS (waking on resume, credits or new records) so a long pause or a flood
+ *     does not churn its backlog every second.
  * While a batch is in progress kafkajs fetches nothing more for that partition, so memory per
  * partition stays at one look-ahead (that is the partition "pause").
  */
@@ -173,7 +181,12 @@ export class Drainer {
     const started = Date.now();
     // kafkajs's highWatermark is the partition's next offset when the batch was fetched.
     const lastOffset = entries.length > 0 ? BigInt(entries.at(-1)!.offset) : -1n;
-    let othersBehind = BigInt(batch.highWatermark) - 1n > lastOffset;
+    // When the look-ahead's last record was written: a record behind it was written after.
+    const lastWritten = Number(batch.messages.at(-1)?.timestamp ?? started);
+    /** Records wait behind the look-ahead (anyone's). */
+    let behind = BigInt(batch.highWatermark) - 1n > lastOffset;
+    /** Some of them are another tenant's than the blocked ones (see #othersBehind). */
+    let othersBehind = false;
     let lastPoll = started;
     spillLookaheadRecords.inc(entries.length);
     let unresolved = entries.length;
@@ -242,8 +255,14 @@ export class Drainer {
             Date.now() - lastPoll >= LATEST_POLL_MS
           ) {
             lastPoll = Date.now();
-            const latest = await this.#latestOffset(batch.topic, batch.partition);
-            if (latest !== undefined && latest - 1n > lastOffset) othersBehind = true;
+            if (!behind) {
+              const latest = (await this.#latestOffsets(batch.topic))?.get(batch.partition);
+              if (latest !== undefined && latest - 1n > lastOffset) behind = true;
+            }
+            // Behind a flood's look-ahead is mostly more of the flood: re-appending it then moves
+            // nothing forward, so only another tenant's record behind hurries the re-append.
+            if (behind)
+              othersBehind = await this.#othersBehind(batch.topic, batch.partition, entries, lastWritten);
           }
           if (progressed || (othersBehind && waited >= blockedWait) || waited >= IDLE_BLOCKED_WAIT_MS) {
             // Only a re-append for records behind that turned out blocked too lengthens the next wait.
@@ -272,8 +291,21 @@ export class Drainer {
     await commitOffsetsIfNecessary().catch(() => {});
   }
 
-  /** The partition's current high watermark (next offset), polled at most every LATEST_POLL_MS for all partitions. */
-  async #latestOffset(topic: string, partition: number): Promise<bigint | undefined> {
+  /**
+   * Whether a tenant other than the look-ahead's blocked ones spilled to this partition since its
+   * last record was written (SpillActivity): then a record behind may be theirs. True when it
+   * cannot tell (no activity, offsets unreadable).
+   */
+  async #othersBehind(topic: string, partition: number, entries: Entry[], since: number): Promise<boolean> {
+    const activity = this.#o.activity;
+    const partitions = activity ? (await this.#latestOffsets(topic))?.size : undefined;
+    if (!activity || !partitions) return true;
+    const blocked = new Set(entries.flatMap((e) => (e.state === 'new' ? [e.tenantId] : [])));
+    return activity.othersSince(topic, partition, partitions, blocked, since);
+  }
+
+  /** Every partition's current high watermark (next offset), polled at most every LATEST_POLL_MS for all partitions. */
+  async #latestOffsets(topic: string): Promise<Map<number, bigint> | undefined> {
     const now = Date.now();
     if (!this.#latest || now - this.#latest.at >= LATEST_POLL_MS - 50) {
       this.#admin ??= (async () => {
@@ -294,7 +326,7 @@ export class Drainer {
       });
     }
     try {
-      return (await this.#latest.offsets).get(partition);
+      return await this.#latest.offsets;
     } catch (err) {
       this.#o.logger.debug({ err }, 'cannot read latest spill offsets');
       return undefined;

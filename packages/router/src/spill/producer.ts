@@ -1,7 +1,8 @@
 import { channels, ListWriter, type Logger, retryForever } from '@spillway/shared';
-import type { Kafka, Producer } from 'kafkajs';
+import { type Kafka, Partitioners, type Producer } from 'kafkajs';
 import { spillProducedTotal } from '../metrics.ts';
 import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.ts';
+import type { SpillActivity } from './activity.ts';
 
 const FLUSH_MS = 2;
 const MAX_BATCH = 500;
@@ -38,6 +39,7 @@ export class SpillProducer {
   readonly #kafka: Kafka;
   readonly #topic: string;
   readonly #logger: Logger;
+  readonly #activity: SpillActivity | undefined;
   #producer: Producer | undefined;
   #connecting: Promise<Producer> | undefined;
   /** One send at a time; what arrives during a send goes in the next (see above). */
@@ -51,10 +53,12 @@ export class SpillProducer {
   /** Records acknowledged by Kafka (for stats/tests). */
   sent = 0;
 
-  constructor(kafka: Kafka, topic: string, logger: Logger) {
+  /** `activity`: told the tenants of every acknowledged send (the drainer's "who else is behind"). */
+  constructor(kafka: Kafka, topic: string, logger: Logger, activity?: SpillActivity) {
     this.#kafka = kafka;
     this.#topic = topic;
     this.#logger = logger;
+    this.#activity = activity;
   }
 
   spill(task: DeliveryTask): Promise<void> {
@@ -82,6 +86,9 @@ export class SpillProducer {
         idempotent: true,
         maxInFlightRequests: 1,
         allowAutoTopicCreation: false,
+        // Named, not left to kafkajs's default: the drainer computes a tenant's partition with the
+        // same partitioner (activity.ts, partitionOf).
+        createPartitioner: Partitioners.DefaultPartitioner,
       });
       try {
         await p.connect();
@@ -129,6 +136,7 @@ export class SpillProducer {
         await producer.send({ topic: this.#topic, acks: -1, messages });
         this.sent += batch.length;
         spillProducedTotal.inc(batch.length);
+        this.#activity?.note(new Set(batch.map((it) => it.key)));
         if (channels.spill.hasSubscribers) {
           channels.spill.publish({
             records: batch.length,

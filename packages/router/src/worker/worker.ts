@@ -16,6 +16,7 @@ import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
 import type { Runtime } from '../roles/runtime.ts';
+import { SpillActivity } from '../spill/activity.ts';
 import { Drainer } from '../spill/drainer.ts';
 import { SpillProducer } from '../spill/producer.ts';
 import { createDeliveryPort, type DeliveryPort, signingImplementation } from './deliver.ts';
@@ -70,7 +71,8 @@ export async function createWorker(
     opts.delivery ??
     (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis, keys, logger }));
   const retryQueue = createQueue(rt.redis, keys, keys.retryQueue, logger);
-  const spill = new SpillProducer(rt.kafka, config.spillTopic, logger);
+  const activity = new SpillActivity(rt.redis, keys, logger);
+  const spill = new SpillProducer(rt.kafka, config.spillTopic, logger, activity);
   const retries = new RetryScheduler(retryQueue, logger);
   const notifier = new Notifier({ redis: rt.redis, keys, logger, target: config.notify });
   /** Disables an endpoint the router gave up on (410 Gone, or sustained failure); tells the operator. */
@@ -303,6 +305,7 @@ export async function createWorker(
     groupId: keys.drainGroup,
     engine,
     producer: spill,
+    activity,
     logger,
     counters,
     sessionTimeoutMs: config.kafkaSessionTimeoutMs,
