@@ -21,7 +21,8 @@ export interface Keys {
   readonly retryQueue: string;
   /**
    * A key of the intake queue (BullMQ's meta hash): a pipeline carrying it goes to the queue's node
-   * on a Redis Cluster, so a keyless command in it (WAIT, ROLE, INFO) is asked of that node.
+   * on a Redis Cluster, so a keyless command in it (INFO) is asked of that node. (A commit's WAIT
+   * rides its own job's key instead: packages/router/src/intake/intake.ts.)
    */
   readonly intakeQueueKey: string;
   /** Kafka consumer group of the spill drainer. */
