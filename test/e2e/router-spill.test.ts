@@ -17,6 +17,45 @@ async function submitAll(s: Awaited<ReturnType<typeof setup>>, tid: string, ids:
     await Promise.all(ids.slice(i, i + 100).map((id) => s.services.intake.submit(makeEvent(tid, id))));
 }
 
+/** On a one-partition topic: tenant A paused (maxInFlight 5) and B active, each with a receiver; a worker. */
+async function pausedBesideActive(s: Awaited<ReturnType<typeof setup>>) {
+  const ra = await s.receiver();
+  const rb = await s.receiver();
+  const a = await makeTenant(s.store, { maxInFlight: 5 }, `a-${Date.now()}`);
+  const b = await makeTenant(s.store, {}, `b-${Date.now()}`);
+  await makeEndpoint(s.store, a.id, ra.url);
+  const epB = await makeEndpoint(s.store, b.id, rb.url);
+  await s.store.updateTenant(a.id, (t) => ({ ...t, status: 'paused' }));
+  const w = await s.worker();
+  /** One task of B spilled straight to the topic, behind whatever is there. */
+  const spillB = (eventId: string) =>
+    w.spill.spill({
+      tenantId: b.id,
+      eventId,
+      endpointId: epB.id,
+      attempt: 1,
+      event: makeEvent(b.id, eventId),
+    });
+  return { ra, rb, a, spillB };
+}
+
+/** Waits until the tenant's backlog of `n` tasks is in Kafka. */
+function backlogInKafka(s: Awaited<ReturnType<typeof setup>>, tenantId: string, n: number) {
+  return waitFor(
+    async () => (await s.services.tenantStats(tenantId)).spilled === n,
+    `the ${n} tasks are the backlog in Kafka`,
+    20_000,
+  );
+}
+
+/** Spill records the drainer re-appended while `during` ran. */
+async function reappendedDuring(during: () => Promise<unknown>): Promise<number> {
+  const before = await scrape();
+  await during();
+  const after = await scrape();
+  return after.value('spillway_spill_reappended_total') - before.value('spillway_spill_reappended_total');
+}
+
 describe('spill and drain', () => {
   it('maxInFlight 10 + slow endpoint, 1,000 events: tasks spill to Kafka, credits never exceed 10, RSS stays bounded, all delivered', async () => {
     const s = await setup();
@@ -145,29 +184,14 @@ describe('spill and drain', () => {
 
   it("a paused backlog at the partition's end is re-appended about once per 10 s, not every second; a record behind it is still delivered at once", async () => {
     const s = await setup(1);
-    const ra = await s.receiver();
-    const rb = await s.receiver();
-    const a = await makeTenant(s.store, { maxInFlight: 5 }, `a-${Date.now()}`);
-    const b = await makeTenant(s.store, {}, `b-${Date.now()}`);
-    await makeEndpoint(s.store, a.id, ra.url);
-    const epB = await makeEndpoint(s.store, b.id, rb.url);
-    await s.store.updateTenant(a.id, (t) => ({ ...t, status: 'paused' }));
-    const w = await s.worker();
+    const { ra, rb, a, spillB } = await pausedBesideActive(s);
     const aIds = Array.from({ length: 500 }, (_, i) => `a${i}`);
     await submitAll(s, a.id, aIds);
-    await waitFor(
-      async () => (await s.services.tenantStats(a.id)).spilled === 500,
-      'the 500 tasks are the backlog in Kafka',
-      20_000,
-    );
+    await backlogInKafka(s, a.id, 500);
     // Deliberate windows: the claim is a rate (re-appends per ~10 s, not per second). Let the first
     // passes settle (the backlog arrived in several producer batches), then count over 9.5 s.
     await sleep(2500);
-    const before = await scrape();
-    await sleep(9500);
-    const after = await scrape();
-    const churn =
-      after.value('spillway_spill_reappended_total') - before.value('spillway_spill_reappended_total');
+    const churn = await reappendedDuring(() => sleep(9500));
     // At most one pass over the 500 in ~10 s (re-appending every 1 s would be ~4,500).
     expect(churn).toBeLessThanOrEqual(500);
     expect(ra.requests).toBe(0);
@@ -175,13 +199,7 @@ describe('spill and drain', () => {
 
     // Another tenant's record lands behind the waiting look-ahead: the drainer notices the new
     // record (latest-offset poll) and re-appends A's at once, so B does not wait out the 10 s.
-    await w.spill.spill({
-      tenantId: b.id,
-      eventId: 'b-late',
-      endpointId: epB.id,
-      attempt: 1,
-      event: makeEvent(b.id, 'b-late'),
-    });
+    await spillB('b-late');
     await waitFor(() => rb.got.has('b-late'), "B's record behind A's paused backlog delivered", 3000, 50);
     expect(ra.requests).toBe(0);
 
@@ -195,50 +213,31 @@ describe('spill and drain', () => {
 
   it("a flood's own records behind its blocked look-ahead do not hurry its re-append (about once per 10 s); another tenant's record behind still does", async () => {
     const s = await setup(1);
-    const ra = await s.receiver();
-    const rb = await s.receiver();
-    const a = await makeTenant(s.store, { maxInFlight: 5 }, `a-${Date.now()}`);
-    const b = await makeTenant(s.store, {}, `b-${Date.now()}`);
-    await makeEndpoint(s.store, a.id, ra.url);
-    const epB = await makeEndpoint(s.store, b.id, rb.url);
-    await s.store.updateTenant(a.id, (t) => ({ ...t, status: 'paused' }));
-    const w = await s.worker();
+    const { ra, rb, a, spillB } = await pausedBesideActive(s);
     // 1 KiB bodies: 600 spill records are several look-aheads (256 KiB each) of A alone.
     const big = (id: string) => ({ ...makeEvent(a.id, id), body: Buffer.alloc(1024, 'x') });
     for (let i = 0; i < 600; i += 100)
       await Promise.all(Array.from({ length: 100 }, (_, k) => s.services.intake.submit(big(`a${i + k}`))));
-    await waitFor(
-      async () => (await s.services.tenantStats(a.id)).spilled === 600,
-      'the 600 tasks are the backlog in Kafka',
-      20_000,
-    );
+    await backlogInKafka(s, a.id, 600);
     await sleep(1000);
     // A keeps flooding: its new records land behind its look-ahead for 8 s. Re-appending the
     // look-ahead every 1–2 s counted ~330 in such a window (before the drainer asked who is
     // behind); at most one idle pass (10 s apart, ~90 records) fits in it.
-    const before = await scrape();
     let flooded = 0;
-    for (const until = Date.now() + 8000; Date.now() < until; flooded += 10) {
-      await Promise.all(
-        Array.from({ length: 10 }, (_, k) => s.services.intake.submit(big(`f${flooded + k}`))),
-      );
-      await sleep(500);
-    }
-    const after = await scrape();
-    const churn =
-      after.value('spillway_spill_reappended_total') - before.value('spillway_spill_reappended_total');
+    const churn = await reappendedDuring(async () => {
+      for (const until = Date.now() + 8000; Date.now() < until; flooded += 10) {
+        await Promise.all(
+          Array.from({ length: 10 }, (_, k) => s.services.intake.submit(big(`f${flooded + k}`))),
+        );
+        await sleep(500);
+      }
+    });
     expect(churn).toBeLessThanOrEqual(150);
     expect(ra.requests).toBe(0);
 
     // Another tenant's record behind A's backlog: the look-aheads in front of it are re-appended
     // without waiting out the 10 s, one per 1–2 s.
-    await w.spill.spill({
-      tenantId: b.id,
-      eventId: 'b-late',
-      endpointId: epB.id,
-      attempt: 1,
-      event: makeEvent(b.id, 'b-late'),
-    });
+    await spillB('b-late');
     await waitFor(() => rb.got.has('b-late'), "B's record behind A's flood delivered", 15_000, 50);
     expect(ra.requests).toBe(0);
     await s.store.updateTenant(a.id, (t) => ({ ...t, status: 'active' }));
