@@ -25,16 +25,25 @@ function intakeOn(overrides: Record<string, string> = {}) {
   return { rt, intake };
 }
 
-/** A private redis-server replicating `masterPort`, in sync; its pid (to SIGSTOP it). */
+/**
+ * A private redis-server replicating `masterPort`, in sync on both sides (the master lists it as
+ * online, so ROLE counts it); its pid (to SIGSTOP it).
+ */
 async function replicaOf(masterPort: number): Promise<number> {
   const replica = await startPrivateRedis({ aof: 'off' });
   cleanup.push(() => replica.destroy());
   const { Redis } = await import('ioredis');
   const r = new Redis(replica.url);
-  cleanup.push(async () => r.disconnect());
+  const m = new Redis(masterPort, '127.0.0.1');
+  cleanup.push(async () => {
+    r.disconnect();
+    m.disconnect();
+  });
   await r.replicaof('127.0.0.1', masterPort);
   await waitFor(
-    async () => (await r.info('replication')).includes('master_link_status:up'),
+    async () =>
+      (await r.info('replication')).includes('master_link_status:up') &&
+      (await m.info('replication')).includes('state=online'),
     'replica in sync',
     20_000,
   );
