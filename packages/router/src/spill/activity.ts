@@ -35,7 +35,7 @@ export class SpillActivity {
     this.#logger = logger;
   }
 
-  /** Tenants whose spill records Kafka just acknowledged; written at once, coalesced while a write runs. */
+  /** Tenants whose spill records Kafka just acknowledged (repeats collapse); written at once, coalesced while a write runs. */
   note(tenants: Iterable<string>): void {
     for (const t of tenants) this.#pending.add(t);
     if (!this.#writing) void this.#write();

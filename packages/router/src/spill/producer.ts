@@ -136,7 +136,7 @@ export class SpillProducer {
         await producer.send({ topic: this.#topic, acks: -1, messages });
         this.sent += batch.length;
         spillProducedTotal.inc(batch.length);
-        this.#activity?.note(new Set(batch.map((it) => it.key)));
+        this.#activity?.note(batch.map((it) => it.key));
         if (channels.spill.hasSubscribers) {
           channels.spill.publish({
             records: batch.length,
