@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { FETCH_AHEAD, FetchGate, GatedWorker } from '@spillway/router/testing';
 import { createQueue, createRedis } from '@spillway/shared';
 import type { Job } from 'bullmq';
@@ -108,6 +110,77 @@ describe('GatedWorker (fetch only what can get room soon)', () => {
     expect(counts.active).toBe(0);
     expect((counts.completed ?? 0) + (counts.wait ?? 0)).toBe(2 * FETCH_AHEAD);
     expect(counts.completed).toBeGreaterThanOrEqual(FETCH_AHEAD);
+  });
+
+  it('at a calm rate wakes once per job: an empty fetch takes back the marker BullMQ re-adds, and no job added after it waits out the block timeout', async () => {
+    const rt = routerRuntime();
+    const queue = createQueue(rt.redis, rt.keys, rt.keys.intakeQueue, rt.logger);
+    const conn = createRedis(rt.config.redis, { maxRetriesPerRequest: null });
+    const ran: string[] = [];
+    const gate = new FetchGate();
+    const worker = new GatedWorker(
+      rt.keys.intakeQueue,
+      async (job: Job) => {
+        gate.admitted(job);
+        ran.push(job.id!);
+      },
+      // A block timeout far longer than the waits below: a lost wake-up shows as a job not run.
+      { connection: conn as never, prefix: rt.keys.bullPrefix, concurrency: 256, drainDelay: 60 },
+      gate,
+    );
+    worker.on('error', () => {});
+    // Every command naming this queue's marker or wait list, as Redis saw them (MONITOR on a plain
+    // socket: one line per command, its arguments quoted).
+    const marker = `"${rt.keys.bullPrefix}:${rt.keys.intakeQueue}:marker"`;
+    const wait = `"${rt.keys.bullPrefix}:${rt.keys.intakeQueue}:wait"`;
+    let wakes = 0;
+    let fetches = 0;
+    const url = new URL(rt.config.redis.url);
+    const monitor = connect(Number(url.port || 6379), url.hostname);
+    await once(monitor, 'connect');
+    monitor.write('MONITOR\r\n');
+    let rest = '';
+    monitor.on('data', (chunk: Buffer) => {
+      const lines = (rest + chunk.toString('latin1')).split('\r\n');
+      rest = lines.pop() ?? '';
+      for (const line of lines) {
+        const args = line.slice(line.indexOf('] ') + 2).split(' ');
+        const cmd = args[0]?.toLowerCase();
+        if (cmd === '"bzpopmin"' && args[1] === marker) wakes++;
+        // BullMQ's moveToActive: 11 keys, the wait list first.
+        if (cmd === '"evalsha"' && args[2] === '"11"' && args[3] === wait) fetches++;
+      }
+    });
+    cleanup.push(async () => {
+      monitor.destroy();
+      await worker.close();
+      conn.disconnect();
+      await queue.close();
+      await rt.close();
+    });
+    await worker.waitUntilReady();
+    await new Promise((res) => setTimeout(res, 300));
+    const wakes0 = wakes;
+    const fetches0 = fetches;
+    const jobs = 20;
+    for (let k = 0; k < jobs; k++) {
+      await queue.add('batch', { k }, { jobId: `calm${k}` });
+      await waitFor(async () => ran.length === k + 1, `job ${k} to run`, 10_000);
+      // Its completion reached Redis, and the worker is blocked again.
+      await waitFor(
+        async () => (await queue.getJobCounts('completed')).completed === k + 1,
+        `job ${k} to complete`,
+        10_000,
+      );
+      await new Promise((res) => setTimeout(res, 30));
+    }
+    // One wake-up and one moveToActive per job. Before: two BZPOPMINs (one for the job, one for
+    // the marker its fetch re-added) and three moveToActive calls (two of them empty) per job.
+    expect(wakes - wakes0).toBeLessThanOrEqual(jobs + 2);
+    expect(fetches - fetches0).toBeLessThanOrEqual(jobs + 2);
+    // A burst right behind a settle: every job still runs without waiting out the 60 s block.
+    for (let k = 0; k < 10; k++) await queue.add('batch', { k }, { jobId: `burst${k}` });
+    await waitFor(async () => ran.length === jobs + 10, 'the burst to run', 10_000);
   });
 
   it('counts a job out once however often it is admitted (at room, on joining a rerun, at its end)', async () => {

@@ -12,6 +12,7 @@ const SCRIPTS = [
   'dedup-promote-1',
   'dlq-push-1',
   'dlq-remove-1',
+  'fetch-settle-3',
   'history-index-3',
   'job-promoted-1',
   'events-admit-2',
@@ -29,6 +30,7 @@ export interface RouterCommands {
   dedupPromote(base: string, ...args: (string | number)[]): Promise<number>;
   dlqPush(key: string, cap: number, entry: string): Promise<number>;
   dlqRemove(key: string, ...entries: string[]): Promise<number>;
+  fetchSettle(wait: string, prioritized: string, marker: string): Promise<number>;
   jobPromoted(jobKey: string): Promise<number>;
   historyIndex(
     idBase: string,

@@ -1,4 +1,6 @@
+import type { RedisClient as SharedRedis } from '@spillway/shared';
 import { type Job, type RedisClient, Worker, type WorkerOptions } from 'bullmq';
+import { withCommands } from '../commands/index.ts';
 import { jobRerunsJoinedTotal } from '../metrics.ts';
 
 /**
@@ -138,7 +140,8 @@ export function oneRunPerJob<T>(
  * - `moveToActive` (every fetch of the main loop goes through it) waits while the gate is closed.
  *   It returns no job instead of waiting when a job it fetched earlier has not been started: the
  *   main loop starts the jobs it holds only after a fetch returns, so waiting there would keep the
- *   very jobs that can open the gate from running.
+ *   very jobs that can open the gate from running. At a calm rate it asks `#settle` before a fetch
+ *   that would find nothing, and takes back the marker that makes the next wait wake at once.
  * - `nextJobFromJobData` (where a fetched job is made, from a fetch or from a completion's
  *   fetch-next) counts the job in the gate.
  * - `processJob` asks for a fetch-next on completion only while the gate is open, and counts a job
@@ -147,6 +150,8 @@ export function oneRunPerJob<T>(
 export class GatedWorker<T> extends Worker<T> {
   readonly gate: FetchGate;
   #unstarted = 0;
+  /** The last fetch was made right after a wake-up (the worker was drained) and took a job. */
+  #afterWake = false;
 
   constructor(name: string, run: (job: Job<T>) => Promise<void>, opts: WorkerOptions, gate: FetchGate) {
     super(
@@ -161,10 +166,44 @@ export class GatedWorker<T> extends Worker<T> {
   protected override async moveToActive(client: RedisClient, token: string, name?: string): Promise<Job<T>> {
     for (;;) {
       if (this.closing || this.paused) return undefined as unknown as Job<T>;
-      if (this.gate.isOpen()) return super.moveToActive(client, token, name);
+      if (this.gate.isOpen()) {
+        // The last fetch followed a wake-up and took a job: at a calm rate the queue is empty now,
+        // and asking the cheap script first spares a moveToActive that would come back empty.
+        if (this.#afterWake && !this.#drained) {
+          this.#afterWake = false;
+          if ((await this.#settle(client)) === 1)
+            return this.nextJobFromJobData(undefined as never, undefined as never, token);
+        }
+        const woke = this.#drained;
+        const job = await super.moveToActive(client, token, name);
+        if (job) this.#afterWake = woke;
+        else if (!this.closing) await this.#settle(client);
+        return job;
+      }
       if (this.#unstarted > 0) return undefined as unknown as Job<T>;
       await this.gate.changed();
     }
+  }
+
+  /**
+   * BullMQ's own flag (private in its typings; bullmq is pinned): true from a fetch that found
+   * nothing until one that finds a job, i.e. the next fetch follows a blocking wait on the marker.
+   */
+  get #drained(): boolean {
+    return (this as unknown as { drained: boolean }).drained;
+  }
+
+  /**
+   * Takes back the base marker BullMQ's moveToActive re-adds after every job it takes, unless a job
+   * is waiting (`fetch-settle-3.lua`, atomic with respect to adds), so the next blocking wait sleeps
+   * until a job is added. 1 when the queue had nothing waiting (the marker, if any, is gone), 0
+   * when a job waits, and 0 on an error (the caller then fetches as BullMQ would).
+   */
+  async #settle(client: RedisClient): Promise<number> {
+    const k = this.keys;
+    return withCommands(client as unknown as SharedRedis)
+      .fetchSettle(k.wait!, k.prioritized!, k.marker!)
+      .catch(() => 0);
   }
 
   protected override async nextJobFromJobData(
