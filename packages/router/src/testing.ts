@@ -12,6 +12,7 @@ export { HistoryWriter, MAX_BUFFERED_EVENT_BYTES } from './history/writer.ts';
 export { ordStepArgs } from './ordering/store.ts';
 export { fingerprint } from './records/fingerprints.ts';
 export { type Role, type Started, start } from './roles/start.ts';
+export { NOTE_EVERY_MS, SpillActivity } from './spill/activity.ts';
 export { SpillProducer } from './spill/producer.ts';
 export { Credits } from './worker/credits.ts';
 export { eventFromWire, eventToWire, fanOut, taskFromWire, taskToWire } from './worker/fanout.ts';

@@ -1,9 +1,8 @@
-import { once } from 'node:events';
-import { connect } from 'node:net';
 import { FETCH_AHEAD, FetchGate, GatedWorker } from '@spillway/router/testing';
 import { createQueue, createRedis } from '@spillway/shared';
 import type { Job } from 'bullmq';
 import { afterEach, describe, expect, it } from 'vitest';
+import { monitorRedis } from '../../../test/helpers/redis-monitor.ts';
 import { routerRuntime } from '../../../test/helpers/router-fixtures.ts';
 import { waitFor } from '../../../test/helpers/wait.ts';
 
@@ -129,30 +128,18 @@ describe('GatedWorker (fetch only what can get room soon)', () => {
       gate,
     );
     worker.on('error', () => {});
-    // Every command naming this queue's marker or wait list, as Redis saw them (MONITOR on a plain
-    // socket: one line per command, its arguments quoted).
+    // Every command naming this queue's marker or wait list, as Redis saw them.
     const marker = `"${rt.keys.bullPrefix}:${rt.keys.intakeQueue}:marker"`;
     const wait = `"${rt.keys.bullPrefix}:${rt.keys.intakeQueue}:wait"`;
     let wakes = 0;
     let fetches = 0;
-    const url = new URL(rt.config.redis.url);
-    const monitor = connect(Number(url.port || 6379), url.hostname);
-    await once(monitor, 'connect');
-    monitor.write('MONITOR\r\n');
-    let rest = '';
-    monitor.on('data', (chunk: Buffer) => {
-      const lines = (rest + chunk.toString('latin1')).split('\r\n');
-      rest = lines.pop() ?? '';
-      for (const line of lines) {
-        const args = line.slice(line.indexOf('] ') + 2).split(' ');
-        const cmd = args[0]?.toLowerCase();
-        if (cmd === '"bzpopmin"' && args[1] === marker) wakes++;
-        // BullMQ's moveToActive: 11 keys, the wait list first.
-        if (cmd === '"evalsha"' && args[2] === '"11"' && args[3] === wait) fetches++;
-      }
+    const monitor = await monitorRedis(rt.config.redis.url, (args) => {
+      if (args[0] === '"bzpopmin"' && args[1] === marker) wakes++;
+      // BullMQ's moveToActive: 11 keys, the wait list first.
+      if (args[0] === '"evalsha"' && args[2] === '"11"' && args[3] === wait) fetches++;
     });
     cleanup.push(async () => {
-      monitor.destroy();
+      monitor.stop();
       await worker.close();
       conn.disconnect();
       await queue.close();

@@ -7,11 +7,18 @@ export const ACTIVITY_KEEP_MS = 24 * 3_600_000;
 export const ACTIVITY_SKEW_MS = 5000;
 /** The spill producer trims tenants older than ACTIVITY_KEEP_MS at most this often. */
 const TRIM_EVERY_MS = 60_000;
+/**
+ * Notes are written at most this often (what arrives meanwhile goes in the next write). Under a
+ * flood the producer sends every few ms, and a write per send cost the worker a Redis round trip
+ * each (~150 a second); the drainer asks every 500 ms and treats a tenant not noted yet as unknown
+ * for one ask more, so a note this late changes nothing it decides.
+ */
+export const NOTE_EVERY_MS = 200;
 
 /**
  * Who spilled lately: the ZSET `keys.spillActivity`, tenant → when a spill record of it was last
- * acknowledged by Kafka (ms). The spill producer notes every send (one pipeline per send, after the
- * acknowledgement); the drainer asks it when a look-ahead is blocked and records wait behind it:
+ * acknowledged by Kafka (ms). The spill producer notes every send after its acknowledgement (one
+ * pipeline per NOTE_EVERY_MS at most); the drainer asks it when a look-ahead is blocked and records wait behind it:
  * if no tenant but the blocked ones spilled to that partition since the look-ahead's last record
  * was written, every record behind is a blocked tenant's, and re-appending the look-ahead to the
  * tail would move nothing forward (a flood's backlog re-appended a quarter of itself every 2 s,
@@ -28,6 +35,7 @@ export class SpillActivity {
   #pending = new Set<string>();
   #writing = false;
   #lastTrim = 0;
+  #lastWrite = 0;
 
   constructor(redis: RedisClient, keys: Keys, logger: Logger) {
     this.#redis = redis;
@@ -35,7 +43,11 @@ export class SpillActivity {
     this.#logger = logger;
   }
 
-  /** Tenants whose spill records Kafka just acknowledged (repeats collapse); written at once, coalesced while a write runs. */
+  /**
+   * Tenants whose spill records Kafka just acknowledged (repeats collapse): written at once if the
+   * last write is NOTE_EVERY_MS old, else with the next write. The time written is the write's,
+   * never earlier than the acknowledgement: a late note errs towards "someone spilled since".
+   */
   note(tenants: Iterable<string>): void {
     for (const t of tenants) this.#pending.add(t);
     if (!this.#writing) void this.#write();
@@ -45,6 +57,9 @@ export class SpillActivity {
     this.#writing = true;
     try {
       while (this.#pending.size > 0) {
+        const wait = this.#lastWrite + NOTE_EVERY_MS - Date.now();
+        if (wait > 0) await new Promise<void>((r) => setTimeout(r, wait).unref());
+        this.#lastWrite = Date.now();
         const tenants = [...this.#pending];
         this.#pending = new Set();
         const now = Date.now();

@@ -1,0 +1,32 @@
+import { once } from 'node:events';
+import { connect, type Socket } from 'node:net';
+
+/**
+ * Redis's MONITOR on a plain socket (ioredis's monitor mode trips over replies of its own ready
+ * check): `onCommand` gets every command the server runs, lower-case name first, each argument
+ * as MONITOR quotes it (`"key"`). Tests count the commands that name their own keys, so other
+ * tests running on the same Redis do not disturb them. `stop()` closes the socket.
+ */
+export async function monitorRedis(
+  url: string,
+  onCommand: (args: string[]) => void,
+): Promise<{ stop: () => void }> {
+  const u = new URL(url);
+  const socket: Socket = connect(Number(u.port || 6379), u.hostname);
+  await once(socket, 'connect');
+  socket.write('MONITOR\r\n');
+  let rest = '';
+  socket.on('data', (chunk: Buffer) => {
+    const lines = (rest + chunk.toString('latin1')).split('\r\n');
+    rest = lines.pop() ?? '';
+    for (const line of lines) {
+      const at = line.indexOf('] ');
+      if (at < 0) continue;
+      const args = line.slice(at + 2).split(' ');
+      args[0] = args[0]!.toLowerCase();
+      onCommand(args);
+    }
+  });
+  socket.on('error', () => {});
+  return { stop: () => socket.destroy() };
+}
