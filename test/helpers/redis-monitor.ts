@@ -5,7 +5,8 @@ import { connect, type Socket } from 'node:net';
  * Redis's MONITOR on a plain socket (ioredis's monitor mode trips over replies of its own ready
  * check): `onCommand` gets every command the server runs, lower-case name first, each argument
  * as MONITOR quotes it (`"key"`). Tests count the commands that name their own keys, so other
- * tests running on the same Redis do not disturb them. `stop()` closes the socket.
+ * tests running on the same Redis do not disturb them. `stop()` closes the socket. A password in
+ * the URL is sent first (inline AUTH: the test Redis's passwords carry no spaces).
  */
 export async function monitorRedis(
   url: string,
@@ -14,6 +15,8 @@ export async function monitorRedis(
   const u = new URL(url);
   const socket: Socket = connect(Number(u.port || 6379), u.hostname);
   await once(socket, 'connect');
+  if (u.password)
+    socket.write(`AUTH ${decodeURIComponent(u.username || 'default')} ${decodeURIComponent(u.password)}\r\n`);
   socket.write('MONITOR\r\n');
   let rest = '';
   socket.on('data', (chunk: Buffer) => {

@@ -10,15 +10,16 @@ const TRIM_EVERY_MS = 60_000;
 /**
  * Notes are written at most this often (what arrives meanwhile goes in the next write). Under a
  * flood the producer sends every few ms, and a write per send cost the worker a Redis round trip
- * each (~150 a second); the drainer asks every 500 ms and treats a tenant not noted yet as unknown
- * for one ask more, so a note this late changes nothing it decides.
+ * each (~150 a second). The drainer asks every 500 ms and finds a tenant not noted yet at its next
+ * ask, so a note this late delays a re-append it decides by one ask at most.
  */
 export const NOTE_EVERY_MS = 200;
 
 /**
  * Who spilled lately: the ZSET `keys.spillActivity`, tenant → when a spill record of it was last
  * acknowledged by Kafka (ms). The spill producer notes every send after its acknowledgement (one
- * pipeline per NOTE_EVERY_MS at most); the drainer asks it when a look-ahead is blocked and records wait behind it:
+ * pipeline per NOTE_EVERY_MS at most); the drainer asks it when a look-ahead is blocked and records
+ * wait behind it:
  * if no tenant but the blocked ones spilled to that partition since the look-ahead's last record
  * was written, every record behind is a blocked tenant's, and re-appending the look-ahead to the
  * tail would move nothing forward (a flood's backlog re-appended a quarter of itself every 2 s,
