@@ -89,7 +89,14 @@ async function oneRound(
 
     const phase = async (tid: string, withFlood: boolean): Promise<Phase> => {
       await freshAof(c);
-      const rewrites0 = Number((await persistence(c)).aof_rewrites ?? 0);
+      const p0 = await persistence(c);
+      const rewrites0 = Number(p0.aof_rewrites ?? 0);
+      // What a rewrite has to copy: the project Redis's dataset, including what earlier benchmarks
+      // and test runs left in it (a flood phase's p99 was 2-5x worse over 116 MB of leftovers than
+      // over a flushed Redis, docs/benchmarks/profile.md).
+      const usedMiB =
+        Number(/used_memory:(\d+)/.exec(String(await c.redis.info('memory')))?.[1] ?? Number.NaN) / MiB;
+      const aofBaseMiB = Number(p0.aof_base_size ?? Number.NaN) / MiB;
       await sink.reset(tid);
       const cpu0 = await cpuMicrosOf(w.proc.pid);
       const t0 = performance.now();
@@ -129,7 +136,7 @@ async function oneRound(
       const st = await sink.stats(tid);
       const rewrites = Number((await persistence(c)).aof_rewrites ?? 0) - rewrites0;
       notes.push(
-        `round ${r}, ${withFlood ? 'with flood' : 'alone'}: ${rewrites} automatic AOF rewrite(s) during the phase; worker CPU ${cpuPct?.toFixed(0) ?? '?'} % of a core.`,
+        `round ${r}, ${withFlood ? 'with flood' : 'alone'}: ${rewrites} automatic AOF rewrite(s) during the phase (Redis dataset ${usedMiB.toFixed(0)} MiB, AOF base ${aofBaseMiB.toFixed(0)} MiB at its start); worker CPU ${cpuPct?.toFixed(0) ?? '?'} % of a core.`,
       );
       const fc = withFlood ? await tenantCounters(c, 'flood') : undefined;
       log(
@@ -164,7 +171,7 @@ export const noisy: Benchmark = {
   name: 'noisy',
   title: 'Noisy neighbour',
   method:
-    "One worker process. Tenant `calm` sends R events/s (R = 100; `--quick` 50) through the durable intake to an endpoint answering 200; latency = sink arrival − `sentAt` stamped in the body just before enqueue. Phase 1: calm alone. Phase 2: tenant `flood` adds 10 × R events/s to an endpoint that never answers (5 s timeout), so its credits fill and its backlog spills, while calm keeps sending. Each phase 40 s (4,000 calm events; `--quick` 8 s) with its own calm tenant (20 s until 2026-12-06: the p99 of 2,000 events, the 20th slowest, moved between rounds of identical code by as much as the target's margin); every calm event sent in the phase counts (a bounded wait lets stragglers arrive; one that never arrives makes p99 unbounded). Rounds: 3 (`--quick` 2), each on a fresh prefix with a fresh worker, so no round inherits the previous flood's spilled backlog. Before each phase the project Redis rewrites its AOF and the phase starts when that is done (the growth earlier benchmarks and phases left would otherwise trigger an automatic rewrite, a fork whose child takes a core of this 2-core machine, in the middle of a phase); the notes count the automatic rewrites that still ran during each phase. The ratio is taken within each round, and the verdict uses the worst round's ratio.",
+    "One worker process. Tenant `calm` sends R events/s (R = 100; `--quick` 50) through the durable intake to an endpoint answering 200; latency = sink arrival − `sentAt` stamped in the body just before enqueue. Phase 1: calm alone. Phase 2: tenant `flood` adds 10 × R events/s to an endpoint that never answers (5 s timeout), so its credits fill and its backlog spills, while calm keeps sending. Each phase 40 s (4,000 calm events; `--quick` 8 s) with its own calm tenant (20 s until 2026-12-06: the p99 of 2,000 events, the 20th slowest, moved between rounds of identical code by as much as the target's margin); every calm event sent in the phase counts (a bounded wait lets stragglers arrive; one that never arrives makes p99 unbounded). Rounds: 3 (`--quick` 2), each on a fresh prefix with a fresh worker, so no round inherits the previous flood's spilled backlog. Before each phase the project Redis rewrites its AOF and the phase starts when that is done (the growth earlier benchmarks and phases left would otherwise trigger an automatic rewrite, a fork whose child takes a core of this 2-core machine, in the middle of a phase); the notes count the automatic rewrites that still ran during each phase, with the size of the dataset a rewrite copies (the project Redis is shared with the test suite, whose leftovers it keeps until they expire: on 2026-12-07 116 MB of them made the flood phases' p99 2–5× worse than after a FLUSHALL). The ratio is taken within each round, and the verdict uses the worst round's ratio.",
   targets: ["Healthy tenant's p99 with the flood ÷ p99 alone ≤ 1.5 (worst round)."],
   async run({ quick, rounds, log, round }) {
     const R = quick ? 50 : 100;
