@@ -24,9 +24,9 @@ interface Phase {
   flood: number;
 }
 
-/** `INFO persistence` fields of the project Redis. */
-async function persistence(c: SpillwayCluster): Promise<Record<string, string>> {
-  const text = String(await c.redis.info('persistence'));
+/** The fields of one `INFO` section of the project Redis (`persistence`, `memory`). */
+async function info(c: SpillwayCluster, section = 'persistence'): Promise<Record<string, string>> {
+  const text = String(await c.redis.info(section));
   return Object.fromEntries(
     text
       .split('\r\n')
@@ -45,7 +45,7 @@ async function freshAof(c: SpillwayCluster): Promise<void> {
   await c.redis.bgrewriteaof().catch(() => {}); // one already running: wait for it below
   await waitFor(
     async () => {
-      const p = await persistence(c);
+      const p = await info(c);
       return p.aof_rewrite_in_progress === '0' && p.aof_rewrite_scheduled === '0';
     },
     'the AOF rewrite before a phase',
@@ -89,13 +89,12 @@ async function oneRound(
 
     const phase = async (tid: string, withFlood: boolean): Promise<Phase> => {
       await freshAof(c);
-      const p0 = await persistence(c);
+      const p0 = await info(c);
       const rewrites0 = Number(p0.aof_rewrites ?? 0);
       // What a rewrite has to copy: the project Redis's dataset, including what earlier benchmarks
       // and test runs left in it (a flood phase's p99 was 2-5x worse over 116 MB of leftovers than
       // over a flushed Redis, docs/benchmarks/profile.md).
-      const usedMiB =
-        Number(/used_memory:(\d+)/.exec(String(await c.redis.info('memory')))?.[1] ?? Number.NaN) / MiB;
+      const usedMiB = Number((await info(c, 'memory')).used_memory ?? Number.NaN) / MiB;
       const aofBaseMiB = Number(p0.aof_base_size ?? Number.NaN) / MiB;
       await sink.reset(tid);
       const cpu0 = await cpuMicrosOf(w.proc.pid);
@@ -134,7 +133,7 @@ async function oneRound(
         quick ? 20_000 : 40_000,
       ).catch(() => {});
       const st = await sink.stats(tid);
-      const rewrites = Number((await persistence(c)).aof_rewrites ?? 0) - rewrites0;
+      const rewrites = Number((await info(c)).aof_rewrites ?? 0) - rewrites0;
       notes.push(
         `round ${r}, ${withFlood ? 'with flood' : 'alone'}: ${rewrites} automatic AOF rewrite(s) during the phase (Redis dataset ${usedMiB.toFixed(0)} MiB, AOF base ${aofBaseMiB.toFixed(0)} MiB at its start); worker CPU ${cpuPct?.toFixed(0) ?? '?'} % of a core.`,
       );

@@ -1,4 +1,4 @@
-import type { Keys, Logger, RedisClient } from '@spillway/shared';
+import { BatchedWriter, type Keys, type Logger, type RedisClient } from '@spillway/shared';
 import { Partitioners } from 'kafkajs';
 
 /** How long a tenant's last spill is remembered (and the key lives after the last spill). */
@@ -34,9 +34,20 @@ export class SpillActivity {
   readonly #key: string;
   readonly #logger: Logger;
   #pending = new Set<string>();
-  #writing = false;
   #lastTrim = 0;
-  #lastWrite = 0;
+  /** One write at a time, starts NOTE_EVERY_MS apart; what is noted meanwhile goes in the next. */
+  readonly #writer = new BatchedWriter<string[]>({
+    flushMs: 0,
+    serial: true,
+    spacingMs: NOTE_EVERY_MS,
+    take: () => {
+      if (this.#pending.size === 0) return undefined;
+      const tenants = [...this.#pending];
+      this.#pending = new Set();
+      return tenants;
+    },
+    write: (tenants) => this.#write(tenants),
+  });
 
   constructor(redis: RedisClient, keys: Keys, logger: Logger) {
     this.#redis = redis;
@@ -46,39 +57,31 @@ export class SpillActivity {
 
   /**
    * Tenants whose spill records Kafka just acknowledged (repeats collapse): written at once if the
-   * last write is NOTE_EVERY_MS old, else with the next write. The time written is the write's,
-   * never earlier than the acknowledgement: a late note errs towards "someone spilled since".
+   * last write started NOTE_EVERY_MS ago, else with the next write. The time written is the
+   * write's, never earlier than the acknowledgement: a late note errs towards "someone spilled
+   * since".
    */
   note(tenants: Iterable<string>): void {
     for (const t of tenants) this.#pending.add(t);
-    if (!this.#writing) void this.#write();
+    this.#writer.buffered(false);
   }
 
-  async #write(): Promise<void> {
-    this.#writing = true;
+  /** A failed note is dropped (the drainer then errs towards "someone else", see above). */
+  async #write(tenants: string[]): Promise<void> {
     try {
-      while (this.#pending.size > 0) {
-        const wait = this.#lastWrite + NOTE_EVERY_MS - Date.now();
-        if (wait > 0) await new Promise<void>((r) => setTimeout(r, wait).unref());
-        this.#lastWrite = Date.now();
-        const tenants = [...this.#pending];
-        this.#pending = new Set();
-        const now = Date.now();
-        const pipe = this.#redis.pipeline();
-        pipe.zadd(this.#key, ...tenants.flatMap((t) => [now, t]));
-        pipe.pexpire(this.#key, ACTIVITY_KEEP_MS);
-        if (now - this.#lastTrim >= TRIM_EVERY_MS) {
-          this.#lastTrim = now;
-          pipe.zremrangebyscore(this.#key, '-inf', now - ACTIVITY_KEEP_MS);
-        }
-        const res = await pipe.exec();
-        const err = res?.find(([e]) => e)?.[0];
-        if (err) throw err;
+      const now = Date.now();
+      const pipe = this.#redis.pipeline();
+      pipe.zadd(this.#key, ...tenants.flatMap((t) => [now, t]));
+      pipe.pexpire(this.#key, ACTIVITY_KEEP_MS);
+      if (now - this.#lastTrim >= TRIM_EVERY_MS) {
+        this.#lastTrim = now;
+        pipe.zremrangebyscore(this.#key, '-inf', now - ACTIVITY_KEEP_MS);
       }
+      const res = await pipe.exec();
+      const err = res?.find(([e]) => e)?.[0];
+      if (err) throw err;
     } catch (err) {
       this.#logger.debug({ err }, 'spill activity note failed');
-    } finally {
-      this.#writing = false;
     }
   }
 
