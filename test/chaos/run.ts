@@ -1,10 +1,16 @@
 /**
- * `pnpm chaos [--short] [--only kill9,redis,kafka,slowloris] [--seed n] [--repeat n]`: breaks Spillway on
- * purpose and prints one line of figures per scenario. Exits non-zero on any loss (an event
- * answered 2xx that never reached its endpoint) or any other broken expectation.
+ * `pnpm chaos [--short] [--only kill9,redis,kafka,slowloris] [--seed n] [--repeat n] [--record]`: breaks
+ * Spillway on purpose and prints one line of figures per scenario. Exits non-zero on any loss (an
+ * event answered 2xx that never reached its endpoint) or any other broken expectation.
  * Long form by default; `--short` is the CI form (≤ 5 min).
+ *
+ * What is kept in docs/benchmarks (the figures closing notes quote): a long run of every scenario
+ * replaces chaos.json; anything else (`--short`, `--only`, `--repeat`) is written under the temp dir
+ * unless `--record` says it is the record (a repeated run then replaces chaos-repeat.json), so a
+ * quick check never overwrites a record it does not repeat.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { type ChaosFile, readResults, writeReadme } from '../bench/lib/report.ts';
 import { ALL, INTRO, OUT_DIR } from '../bench/specs.ts';
@@ -99,8 +105,10 @@ if (import.meta.main) {
   if (repeat > 1)
     lines.push(...names.map((_, j) => summary(outcomes.filter((_, i) => i % names.length === j))));
   process.stdout.write(`\n${lines.join('\n')}\n`);
-  // The figures the closing note quotes: docs/benchmarks/chaos.json, and the README re-rendered.
-  const dir = fileURLToPath(OUT_DIR);
+  // The figures the closing note quotes: docs/benchmarks/chaos.json (a long run of every scenario)
+  // or, with --record, chaos-repeat.json; and the README re-rendered. Anything else: the temp dir.
+  const record = argv.includes('--record') || (!short && oi < 0 && repeat === 1);
+  const dir = record ? fileURLToPath(OUT_DIR) : `${tmpdir()}/spillway-chaos`;
   mkdirSync(dir, { recursive: true });
   const file: ChaosFile = {
     generatedAt: new Date().toISOString(),
@@ -110,7 +118,9 @@ if (import.meta.main) {
     lines,
     ...(repeat > 1 ? { repeat } : {}),
   };
-  writeFileSync(`${dir}/${repeat > 1 ? 'chaos-repeat' : 'chaos'}.json`, `${JSON.stringify(file, null, 2)}\n`);
-  writeReadme(dir, readResults(`${dir}/results.json`), ALL, INTRO);
+  const out = `${dir}/${repeat > 1 ? 'chaos-repeat' : 'chaos'}.json`;
+  writeFileSync(out, `${JSON.stringify(file, null, 2)}\n`);
+  if (record) writeReadme(dir, readResults(`${dir}/results.json`), ALL, INTRO);
+  else process.stdout.write(`not a record (--short, --only or --repeat without --record): wrote ${out}\n`);
   process.exit(outcomes.some((o) => o.lost > 0 || o.failures.length) ? 1 : 0);
 }
