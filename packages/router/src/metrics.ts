@@ -34,8 +34,6 @@ const { counter, gauge, histogram } = metricFactory({
   spillway_intake_commit_duration_seconds:
     'Time to make one group-committed batch durable (dedup reserve + job add + promote), i.e. the latency a caller sees beyond the group-commit wait',
   spillway_intake_batch_events: 'Events per group commit',
-  spillway_config_reads_skipped_total:
-    "Tenants of intake jobs fanned out on the worker's view without a config read (the view was read under the config token the job was stamped with)",
   spillway_spill_produced_total: 'Spill records acknowledged by Kafka (new spills and re-appends)',
   spillway_spill_reappended_total:
     'Blocked spill records the drainer re-appended to the tail of the topic (churn of paused/saturated backlogs)',
@@ -120,5 +118,4 @@ export const notificationsTotal = counter('spillway_notifications_total', ['kind
 export const endpointsDisabledTotal = counter('spillway_endpoints_disabled_total', ['reason']);
 export const dlqPurgedTotal = counter('spillway_dlq_purged_total');
 export const jobRerunsJoinedTotal = counter('spillway_job_reruns_joined_total', ['queue']);
-export const configReadsSkippedTotal = counter('spillway_config_reads_skipped_total');
 export const historyReadRecordsTotal = counter('spillway_history_read_records_total');

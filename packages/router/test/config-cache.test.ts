@@ -1,7 +1,6 @@
 import { createRedis, type Source } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeTenant, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
-import { CONFIG_TOKEN_TTL_MS } from '../src/config/store.ts';
 import { ConfigCache, ConfigStore, type Runtime } from '../src/index.ts';
 
 /**
@@ -125,40 +124,7 @@ describe('ConfigStore.readTenantConfig (the fan-out read, once per job)', () => 
     // Deleted: gone from the read, and an unknown tenant is undefined.
     await store.deleteEndpoint('t1', 'b');
     expect((await store.readTenantConfig('t1')).endpoints.map((e) => e.id)).toEqual(['a']);
-    expect(await store.readTenantConfig('nobody')).toMatchObject({ tenant: undefined, endpoints: [] });
-  });
-
-  it('reads the config token before the config; every write replaces it, and a read that finds none sets one', async () => {
-    const rt = await runtime();
-    const store = await storeOn(rt);
-    await makeEndpoint(store, 't1', 'http://127.0.0.1:9/a', { id: 'a' });
-    const first = await store.readTenantConfig('t1');
-    expect(first.token).toMatch(/^[\w-]{12}$/);
-    // Unchanged config, same token.
-    expect((await store.readTenantConfig('t1')).token).toBe(first.token);
-    expect(await rt.redis.get(rt.keys.configToken('t1'))).toBe(first.token);
-    // Each kind of write replaces it.
-    const seen = new Set([first.token]);
-    const writes = [
-      () => store.updateEndpoint('t1', 'a', (e) => ({ ...e, status: 'paused' })),
-      () => makeEndpoint(store, 't1', 'http://127.0.0.1:9/b', { id: 'b' }),
-      () => store.deleteEndpoint('t1', 'b'),
-      () => store.updateTenant('t1', (t) => ({ ...t, status: 'paused' })),
-    ];
-    for (const write of writes) {
-      await write();
-      const tok = (await store.readTenantConfig('t1')).token;
-      expect(seen.has(tok)).toBe(false);
-      seen.add(tok);
-    }
-    // Expired or never set: the read sets one, with the token's TTL, and reads it back.
-    await rt.redis.del(rt.keys.configToken('t1'));
-    const fresh = await store.readTenantConfig('t1');
-    expect(seen.has(fresh.token)).toBe(false);
-    expect(await rt.redis.get(rt.keys.configToken('t1'))).toBe(fresh.token);
-    const ttl = await rt.redis.pttl(rt.keys.configToken('t1'));
-    expect(ttl).toBeGreaterThan(CONFIG_TOKEN_TTL_MS - 60_000);
-    expect(ttl).toBeLessThanOrEqual(CONFIG_TOKEN_TTL_MS);
+    expect(await store.readTenantConfig('nobody')).toEqual({ tenant: undefined, endpoints: [] });
   });
 
   it("reads several tenants in one pipeline with each tenant's extra commands, results per tenant", async () => {
@@ -177,7 +143,7 @@ describe('ConfigStore.readTenantConfig (the fan-out read, once per job)', () => 
     expect(calls).toEqual(['t1', 't2', 'nobody']);
     expect(read.configs.get('t1')!.endpoints.map((e) => e.id)).toEqual(['a']);
     expect(read.configs.get('t2')!.endpoints.map((e) => e.id)).toEqual(['b']);
-    expect(read.configs.get('nobody')).toMatchObject({ tenant: undefined, endpoints: [] });
+    expect(read.configs.get('nobody')).toEqual({ tenant: undefined, endpoints: [] });
     // The extra commands' results, errors included, are the caller's; the config still reads.
     expect(read.also.get('t2')).toEqual([[null, 'two']]);
     expect(read.also.get('t1')![0]).toEqual([null, null]);

@@ -36,14 +36,6 @@ export interface Keys {
 
   tenant(tenantId: string): string;
   endpoints(tenantId: string): string;
-  /**
-   * STRING: a random token replaced after every write of the tenant's config (tenant record,
-   * endpoints, sources), read by the intake when it accepts an event and stamped on the job; a
-   * worker whose view was read under the same token fans out on it without reading the config
-   * again (packages/router/src/config/store.ts, "Config tokens"). Expires an hour after it was
-   * set; a reader that finds none sets one (its owner is that TTL).
-   */
-  configToken(tenantId: string): string;
   /** LIST of DlqItem JSON, oldest first; capped (SPILLWAY_DLQ_CAP) and aged (SPILLWAY_DLQ_TTL) by archiving to Kafka. */
   dlq(tenantId: string): string;
   /** Lock of the one process archiving a tenant's DLQ overflow at a time. */
@@ -134,7 +126,6 @@ export function createKeys(prefix: string): Keys {
     spillActivity: `${prefix}:spill-activity`,
     tenant: (tenantId: string) => `${t(tenantId)}:tenant`,
     endpoints: (tenantId: string) => `${t(tenantId)}:endpoints`,
-    configToken: (tenantId: string) => `${t(tenantId)}:cv`,
     dlq: (tenantId: string) => `${t(tenantId)}:dlq`,
     dlqArchiving: (tenantId: string) => `${t(tenantId)}:dlq:archiving`,
     rate: (tenantId: string, name: string) => `${t(tenantId)}:rate:${name}`,

@@ -21,16 +21,6 @@ import { type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.t
 export interface TenantConfig {
   tenant: Tenant | undefined;
   endpoints: Endpoint[];
-  /** The tenant's config token, read before the config (see "Config tokens" below). */
-  token: string;
-}
-
-/** How long a config token lives after it was last set (a reader sets one when it finds none). */
-export const CONFIG_TOKEN_TTL_MS = 60 * 60_000;
-
-/** A fresh config token: random, so a tenant created again under its id never matches a view of the old one. */
-function newToken(): string {
-  return randomBytes(9).toString('base64url');
 }
 
 /**
@@ -40,15 +30,6 @@ function newToken(): string {
  *   keys.endpoints(tenantId)       HASH endpointId → Endpoint JSON
  *   keys.sources              HASH sourceId → Source JSON (ingest knows only the source id)
  * Every write publishes a Change on keys.changes so that caches in other processes drop it.
- *
- * Config tokens (keys.configToken): every write, once done, replaces its tenant's token with a new
- * random one before it publishes; readTenantConfigs reads the token first and the config after it,
- * in one round trip (and sets a token when there is none). The intake reads the token when it
- * accepts an event and stamps it on the job; a worker whose view was read under that same token
- * already holds every write that finished before the event was accepted (the write's token came
- * after its config, the view's config after its token), so it fans out on that view without
- * reading again (Engine.freshViews). Any other token, or none, means a read. This is what keeps
- * "create an endpoint, then send" reaching the endpoint without a config read per intake job.
  *
  * Secrets (an endpoint's or a source's `secret` and `previousSecrets[].secret`) are stored sealed
  * with the SecretBox (AES-256-GCM under SPILLWAY_SECRET_KEY, see @spillway/shared secret-box.ts)
@@ -159,8 +140,6 @@ export class ConfigStore {
   #openSource = (raw: string): Source => this.#open<Source>(raw, sourceContext);
 
   async #publish(change: Change): Promise<void> {
-    // The new token only after the write itself (see "Config tokens" above).
-    await this.#redis.set(this.#keys.configToken(change.tenantId), newToken(), 'PX', CONFIG_TOKEN_TTL_MS);
     await this.#redis.publish(this.#keys.changes, JSON.stringify(change));
   }
 
@@ -287,9 +266,6 @@ export class ConfigStore {
       tenantIds,
       (tid) => tenantTag(tid),
       (pipe, tid) => {
-        // The token first (set when there is none), then the config: see "Config tokens" above.
-        const tok = this.#keys.configToken(tid);
-        pipe.set(tok, newToken(), 'PX', CONFIG_TOKEN_TTL_MS, 'NX').get(tok);
         pipe.get(this.#keys.tenant(tid)).hgetall(this.#keys.endpoints(tid));
         also?.(pipe, tid);
       },
@@ -298,18 +274,16 @@ export class ConfigStore {
     const rest = new Map<string, PipeResult[]>();
     tenantIds.forEach((tid, i) => {
       const r = res[i]!;
-      const [kErr, token] = r[1]!;
-      const [tErr, tRaw] = r[2]!;
-      const [eErr, eRaw] = r[3]!;
-      if (kErr) throw kErr;
+      const [tErr, tRaw] = r[0]!;
+      const [eErr, eRaw] = r[1]!;
       if (tErr) throw tErr;
       if (eErr) throw eErr;
       const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, this.#openTenant) : undefined;
       const endpoints = Object.values(eRaw as Record<string, string>)
         .map((raw) => this.#memoized(raw, this.#openEndpoint))
         .sort(byCreation);
-      configs.set(tid, { tenant, endpoints, token: String(token) });
-      rest.set(tid, r.slice(4));
+      configs.set(tid, { tenant, endpoints });
+      rest.set(tid, r.slice(2));
     });
     return { configs, also: rest };
   }

@@ -27,13 +27,8 @@ import {
 import { firstError, groupByTenant, type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
-/**
- * Data of one intake job: a group-committed batch of accepted events, and `cv`, each tenant's
- * config token when its events were accepted (absent for a tenant that had none, and in jobs of
- * older intakes): the worker fans out on a view read under that token without reading the config
- * again (Engine.freshViews).
- */
-export type IntakeJobData = { v: 1; events: WireEvent[]; cv?: Record<string, string> };
+/** Data of one intake job: a group-committed batch of accepted events. */
+export type IntakeJobData = { v: 1; events: WireEvent[] };
 
 /** Largest batch one group commit makes durable. */
 const MAX_BATCH = 256;
@@ -199,7 +194,7 @@ export class DurableIntake implements Intake {
             this.#redis,
             groups,
             ([tenantId]) => tenantTag(tenantId),
-            (pipe, [tenantId, ps]) => {
+            (pipe, [tenantId, ps]) =>
               (pipe as unknown as PipeCommands).dedupReserve(
                 this.#keys.dedupBase(tenantId),
                 marker,
@@ -207,17 +202,11 @@ export class DurableIntake implements Intake {
                 slot,
                 back,
                 ...ps.flatMap((p) => [p.fp.dedup, p.fp.bucket]),
-              );
-              // The tenant's config token as of this acceptance, stamped on the job (IntakeJobData.cv).
-              pipe.get(this.#keys.configToken(tenantId));
-            },
+              ),
           );
           const foreign: Pending[] = [];
-          const tokens: Record<string, string> = {};
           let failed: Error | undefined;
-          groups.forEach(([tenantId, ps], g) => {
-            const [tokErr, token] = res[g]![1] ?? [null, null];
-            if (!tokErr && typeof token === 'string') tokens[tenantId] = token;
+          groups.forEach(([, ps], g) => {
             const [err, olds] = res[g]![0] ?? [new Error('pipeline aborted'), null];
             if (err) {
               failed ??= err;
@@ -257,12 +246,6 @@ export class DurableIntake implements Intake {
             return;
           }
           const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
-          const cv: Record<string, string> = {};
-          for (const p of reserved) {
-            const token = tokens[p.event.tenantId];
-            if (token !== undefined) cv[p.event.tenantId] = token;
-          }
-          if (Object.keys(cv).length > 0) data.cv = cv;
           jobKey = this.#queue.toKey((await this.#queue.add('batch', data, JOB_OPTS)).id!);
           if (this.#waitReplicas > 0 && !(await this.#replicated(jobKey))) {
             // The job is on the master only, or the node answering now is not the one that took

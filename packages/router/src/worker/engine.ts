@@ -1,6 +1,6 @@
 import { type BatchPolicy, type Endpoint, type Logger, retryForever, type Tenant } from '@spillway/shared';
 import type { ConfigCache, ConfigStore } from '../config/store.ts';
-import { addGaugeSource, configReadsSkippedTotal } from '../metrics.ts';
+import { addGaugeSource } from '../metrics.ts';
 import type { Pipe, PipeResult } from '../records/pipeline.ts';
 import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
@@ -32,8 +32,6 @@ export interface TenantView {
   tenant: Tenant | undefined;
   endpoints: Map<string, Endpoint>;
   at: number;
-  /** The config token this view was read under (freshViews only; views from the cache have none). */
-  token?: string;
 }
 
 /** What the drainer gets back when it offers a spilled task: the task is in memory (or settling), or it cannot run now. */
@@ -136,14 +134,7 @@ export class Engine {
       tasksInMemory: () => this.#tasks,
       bodyBytes: () => this.credits.bytes,
     });
-    this.#unsubscribe = deps.cache.onChange((c) => {
-      // The view predates this write: no job is fanned out on it by its token any more (a write
-      // that finished after a job's events were accepted reaches them through this notification,
-      // as it reaches the tasks already in memory).
-      const v = this.#views.get(c.tenantId);
-      if (v) v.token = undefined;
-      void this.#reload(c.tenantId);
-    });
+    this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
     this.#timer = setInterval(() => this.#tick(), TICK_MS);
     this.#timer.unref();
   }
@@ -179,35 +170,12 @@ export class Engine {
       return { views, also: new Map() };
     }
     const read = await store.readTenantConfigs(tids, also);
-    for (const [tid, c] of read.configs) views.set(tid, this.#setView(tid, c.tenant, c.endpoints, c.token));
+    for (const [tid, c] of read.configs) views.set(tid, this.#setView(tid, c.tenant, c.endpoints));
     return { views, also: read.also };
   }
 
-  /**
-   * The views of `tids` when every one of them was read (freshViews) under the config token the
-   * intake stamped for it (`tokens`), else undefined. Such a view already holds every config write
-   * that finished before the events were accepted (ConfigStore, "Config tokens"), so fan-out may
-   * use it as freshViews would have read it, without a round trip.
-   */
-  viewsUnder(
-    tids: readonly string[],
-    tokens: Readonly<Record<string, string>> | undefined,
-  ): Map<string, TenantView> | undefined {
-    if (!tokens || !this.#d.store) return undefined;
-    const views = new Map<string, TenantView>();
-    for (const tid of tids) {
-      const v = this.#views.get(tid);
-      const stamped = tokens[tid];
-      if (v?.token === undefined || stamped === undefined || v.token !== stamped) return undefined;
-      views.set(tid, v);
-    }
-    configReadsSkippedTotal.inc();
-    return views;
-  }
-
-  #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[], token?: string): TenantView {
+  #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[]): TenantView {
     const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
-    if (token !== undefined) v.token = token;
     this.#views.set(tid, v);
     return v;
   }

@@ -4,14 +4,14 @@ import { bornAt } from '../config/incarnation.ts';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
 import { HistoryWriter } from '../history/writer.ts';
-import { type IntakeJobData, promoteDedup, queueDedupPromote, type SeenId } from '../intake/intake.ts';
+import { type IntakeJobData, queueDedupPromote, type SeenId } from '../intake/intake.ts';
 import { endpointsDisabledTotal, tasksDiscardedTotal } from '../metrics.ts';
 import { Notifier } from '../notify/notifier.ts';
 import { type OrderedFanout, OrderedStore } from '../ordering/store.ts';
 import { TenantCounters } from '../records/counters.ts';
 import { DlqArchiver } from '../records/dlq-archive.ts';
 import { fingerprint } from '../records/fingerprints.ts';
-import { firstError, groupByTenant, type PipeResult } from '../records/pipeline.ts';
+import { groupByTenant } from '../records/pipeline.ts';
 import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
@@ -170,7 +170,7 @@ export async function createWorker(
     // log keeps up (HistoryWriter#room: the records waiting for a send stay bounded).
     // The reservation counts events; fan-out may make more tasks of them, which the next claims see.
     const n = job.data.events.length;
-    const { events, cv } = job.data;
+    const { events } = job.data;
     await history.room();
     await engine.room(n);
     intakeGate.admitted(job);
@@ -197,24 +197,10 @@ export async function createWorker(
       // round trip), not on this worker's possibly older view: "create an endpoint, then send"
       // always reaches it.
       const tenants = redo ? [...redo.keys()] : [...new Set(events.map((w) => w.t))];
-      // No round trip at all when this worker read every tenant of the job under the config
-      // token the job carries (Engine.viewsUnder): the redo, if any, is then sent on its own and
-      // not waited for (it owns nothing; it only has to reach Redis, before the job completes).
-      const warm = engine.viewsUnder(tenants, cv);
-      const read = warm
-        ? { views: warm, also: new Map<string, PipeResult[]>() }
-        : await engine.freshViews(tenants, (pipe, tid) => {
-            const ids = redo?.get(tid);
-            if (ids) queueDedupPromote(pipe, keys, tid, ids, config.dedupWindowMs, true);
-          });
-      if (warm && redo)
-        void promoteDedup(rt.redis, keys, [...redo.values()].flat(), config.dedupWindowMs, true).then(
-          (res) => {
-            const err = firstError(res);
-            if (err) logger.warn({ err }, 'dedup promote at fan-out failed');
-          },
-          (err: unknown) => logger.warn({ err }, 'dedup promote at fan-out failed'),
-        );
+      const read = await engine.freshViews(tenants, (pipe, tid) => {
+        const ids = redo?.get(tid);
+        if (ids) queueDedupPromote(pipe, keys, tid, ids, config.dedupWindowMs, true);
+      });
       for (const [tid, res] of read.also)
         for (const [err] of res)
           if (err) logger.warn({ err, tenantId: tid }, 'dedup promote at fan-out failed');
