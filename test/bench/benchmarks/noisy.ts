@@ -24,9 +24,9 @@ interface Phase {
   flood: number;
 }
 
-/** The fields of one `INFO` section of the project Redis (`persistence`, `memory`). */
-async function info(c: SpillwayCluster, section = 'persistence'): Promise<Record<string, string>> {
-  const text = String(await c.redis.info(section));
+/** The fields of `INFO` sections of the project Redis (default `persistence`), in one call. */
+async function info(c: SpillwayCluster, ...sections: string[]): Promise<Record<string, string>> {
+  const text = String(await c.redis.info(...(sections.length > 0 ? sections : ['persistence'])));
   return Object.fromEntries(
     text
       .split('\r\n')
@@ -89,12 +89,12 @@ async function oneRound(
 
     const phase = async (tid: string, withFlood: boolean): Promise<Phase> => {
       await freshAof(c);
-      const p0 = await info(c);
+      const p0 = await info(c, 'persistence', 'memory');
       const rewrites0 = Number(p0.aof_rewrites ?? 0);
       // What a rewrite has to copy: the project Redis's dataset, including what earlier benchmarks
       // and test runs left in it (a flood phase's p99 was 2-5x worse over 116 MB of leftovers than
       // over a flushed Redis, docs/benchmarks/profile.md).
-      const usedMiB = Number((await info(c, 'memory')).used_memory ?? Number.NaN) / MiB;
+      const usedMiB = Number(p0.used_memory ?? Number.NaN) / MiB;
       const aofBaseMiB = Number(p0.aof_base_size ?? Number.NaN) / MiB;
       await sink.reset(tid);
       const cpu0 = await cpuMicrosOf(w.proc.pid);

@@ -1,5 +1,6 @@
 import { BatchedWriter, type Keys, type Logger, type RedisClient } from '@spillway/shared';
 import { Partitioners } from 'kafkajs';
+import { firstError, type PipeResult } from '../records/pipeline.ts';
 
 /** How long a tenant's last spill is remembered (and the key lives after the last spill). */
 export const ACTIVITY_KEEP_MS = 24 * 3_600_000;
@@ -77,8 +78,7 @@ export class SpillActivity {
         this.#lastTrim = now;
         pipe.zremrangebyscore(this.#key, '-inf', now - ACTIVITY_KEEP_MS);
       }
-      const res = await pipe.exec();
-      const err = res?.find(([e]) => e)?.[0];
+      const err = firstError([((await pipe.exec()) ?? []) as PipeResult[]]);
       if (err) throw err;
     } catch (err) {
       this.#logger.debug({ err }, 'spill activity note failed');
