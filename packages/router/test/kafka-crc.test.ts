@@ -7,6 +7,7 @@ const require = createRequire(new URL('../src/index.ts', import.meta.url));
 const kafkajsDir = require.resolve('kafkajs').replace(/index\.js$/, '');
 const crc32C = require(`${kafkajsDir}src/protocol/recordBatch/crc32C/index.js`) as ((b: Buffer) => number) & {
   native: boolean;
+  ofList: (bs: Buffer[]) => number;
 };
 const jsCrc32C = require(`${kafkajsDir}src/protocol/recordBatch/crc32C/crc32C.js`) as (b: Buffer) => number;
 
@@ -20,5 +21,11 @@ describe('kafkajs record batch CRC-32C (patched to native code)', () => {
       const b = randomBytes(n);
       expect(crc32C(b)).toBe(jsCrc32C(b) >>> 0);
     }
+  });
+
+  it('computes the CRC of a list of buffers as of their concatenation (a record batch in parts)', () => {
+    const parts = [randomBytes(5), randomBytes(9000), Buffer.alloc(0), randomBytes(100_001)];
+    expect(crc32C.ofList(parts)).toBe(crc32C(Buffer.concat(parts)));
+    expect(crc32C.ofList([Buffer.from('1234'), Buffer.from('56789')])).toBe(0xe3069283);
   });
 });

@@ -5,7 +5,17 @@ import { randomPrefix } from '../../../test/helpers/env.ts';
 // kafkajs's encoder as the router loads it, with patches/kafkajs@2.2.4.patch applied by pnpm install.
 const require = createRequire(createRequire(new URL('../src/index.ts', import.meta.url)).resolve('kafkajs'));
 const BROKERS = (process.env.SPILLWAY_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
-type Enc = { buf: Buffer; buffer: Buffer; writeVarInt(v: number): Enc; writeInt32(v: number): Enc };
+type Enc = {
+  buf: Buffer;
+  buffer: Buffer;
+  size(): number;
+  bufferList(): Buffer[];
+  writeVarInt(v: number): Enc;
+  writeInt32(v: number): Enc;
+  writeBuffer(b: Buffer): Enc;
+  writeEncoder(e: Enc): Enc;
+  writeArray(a: Enc[]): Enc;
+};
 const Encoder = require('./src/protocol/encoder.js') as new (size?: number) => Enc;
 const Decoder = require('./src/protocol/decoder.js') as new (
   buf: Buffer,
@@ -45,6 +55,33 @@ describe('kafkajs encoder (patched: pooled buffers, varints written in place)', 
       expect(d.readVarInt()).toBe(i * 977 - 500_000);
       expect(d.readInt32()).toBe(i);
     }
+  });
+
+  it('embeds a large encoder by reference and yields the same bytes as copying would', () => {
+    // Unpatched, every writeEncoder copied the child's bytes (eight copies of a history message
+    // on its way to the socket); patched, a child of 8 KiB or more is taken as it is.
+    const big = new Encoder().writeBuffer(Buffer.alloc(20_000, 7));
+    const small = new Encoder().writeInt32(42);
+    const outer = new Encoder().writeInt32(1).writeEncoder(big).writeInt32(2).writeEncoder(small);
+    const array = new Encoder().writeArray([outer, small]);
+    const top = new Encoder().writeInt32(array.size()).writeEncoder(array);
+    const expected = Buffer.concat([
+      Buffer.from([0, 0, 0, 0]), // the size, written below
+      Buffer.from([0, 0, 0, 2]), // array length
+      Buffer.from([0, 0, 0, 1]),
+      Buffer.alloc(20_000, 7),
+      Buffer.from([0, 0, 0, 2, 0, 0, 0, 42]),
+      Buffer.from([0, 0, 0, 42]),
+    ]);
+    expected.writeInt32BE(expected.length - 4, 0);
+    expect(top.size()).toBe(expected.length);
+    expect(top.buffer.equals(expected)).toBe(true);
+    expect(Buffer.concat(top.bufferList()).equals(expected)).toBe(true);
+    // The large part was not copied: one of the top's buffers is the child's own memory.
+    expect(top.bufferList().some((b) => b.buffer === big.buf.buffer)).toBe(true);
+    // Small encoders are still copied into one buffer.
+    const flat = new Encoder().writeInt32(3).writeEncoder(small);
+    expect(flat.bufferList()).toHaveLength(1);
   });
 
   it('produces records the broker accepts (it checks every batch) and reads back the same', async () => {
