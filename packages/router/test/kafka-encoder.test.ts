@@ -21,7 +21,7 @@ const Decoder = require('./src/protocol/decoder.js') as new (
   buf: Buffer,
 ) => { readVarInt(): number; readInt32(): number };
 
-describe('kafkajs encoder (patched: pooled buffers, varints written in place)', () => {
+describe('kafkajs encoder (patched: pooled buffers, varints written in place, large parts embedded by reference)', () => {
   it("takes its buffers from Node's pool instead of a fresh zeroed ArrayBuffer each", () => {
     // Unpatched, Buffer.alloc: one ArrayBuffer of exactly the encoder's size per encoder (kafkajs
     // makes several per record). allocUnsafe slices small sizes out of the shared pool.
