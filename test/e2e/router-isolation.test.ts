@@ -1,3 +1,5 @@
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { type BreakerChangeMessage, CHANNELS, type DeliveryAttemptMessage } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeEvent, makeTenant, routerHarness } from '../helpers/router-fixtures.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
@@ -171,4 +173,66 @@ describe("isolation by structure: a rate-limited tenant keeps its rate while ano
     // The backlog was still draining meanwhile (so the two really overlapped).
     expect(slowRx.got.size).toBeLessThan(4000);
   }, 90_000);
+});
+
+describe('isolation by structure: a half-open breaker takes one probe, not the lane', () => {
+  it("while a hanging endpoint's breaker is half-open the lane admits one task for it; the rest wait in place and all arrive once it answers", async () => {
+    const s = await routerHarness(cleanup, {
+      SPILLWAY_BREAKER_RESET: '1s',
+      SPILLWAY_RETRY_SCHEDULE: '1s,1s,1s,1s,1s,1s,1s,1s',
+    });
+    let hanging = true;
+    const rx = await s.receiver(() => (hanging ? { status: 200, delayMs: 30_000 } : { status: 200 }));
+    const t = await makeTenant(s.store, { concurrency: 4, maxInFlight: 1000 });
+    const ep = await makeEndpoint(s.store, t.id, rx.url, { timeoutMs: 400 });
+    // Every attempt's end and every breaker transition of this endpoint, as the worker publishes them.
+    const deferredAt: number[] = [];
+    const states: { state: string; at: number }[] = [];
+    const onAttempt = (m: unknown) => {
+      const a = m as DeliveryAttemptMessage;
+      if (a.tenantId === t.id && a.outcome === 'deferred') deferredAt.push(Date.now());
+    };
+    const onBreaker = (m: unknown) => {
+      const b = m as BreakerChangeMessage;
+      if (b.tenantId === t.id && b.endpointId === ep.id) states.push({ state: b.state, at: Date.now() });
+    };
+    subscribe(CHANNELS.deliveryAttempt, onAttempt);
+    subscribe(CHANNELS.breakerChange, onBreaker);
+    cleanup.push(async () => {
+      unsubscribe(CHANNELS.deliveryAttempt, onAttempt);
+      unsubscribe(CHANNELS.breakerChange, onBreaker);
+    });
+    await s.worker();
+    const ids: string[] = [];
+    for (let i = 0; i < 600; i += 50) {
+      const batch: Promise<unknown>[] = [];
+      for (let j = i; j < i + 50; j++) {
+        ids.push(`p${j}`);
+        batch.push(s.services.intake.submit(makeEvent(t.id, `p${j}`)));
+      }
+      await Promise.all(batch);
+    }
+    // The breaker opens on the timeouts, half-opens 1 s later, its probe times out, it opens
+    // again: several half-open periods, each while about 600 tasks wait (in the spill log, in
+    // retry jobs and in new jobs).
+    await waitFor(
+      () => states.filter((x) => x.state === 'half-open').length >= 3,
+      'three half-open periods',
+      30_000,
+    );
+    const firstHalfOpen = states.find((x) => x.state === 'half-open')!.at;
+    const deferredSince = deferredAt.filter((at) => at >= firstHalfOpen).length;
+    // Each half-open period is one probe; admitting more only has the dispatcher refuse them and
+    // put them back on the retry schedule (what it did: hundreds per period).
+    expect(deferredSince).toBeLessThanOrEqual(5);
+    // The endpoint answers again: the next probe closes the breaker and every event arrives once.
+    hanging = false;
+    await waitFor(
+      () => ids.every((id) => rx.got.has(id)),
+      'every event after the endpoint recovered',
+      60_000,
+    ).catch((err) => {
+      throw new Error(`${(err as Error).message}: ${rx.got.size}/${ids.length}`);
+    });
+  }, 120_000);
 });

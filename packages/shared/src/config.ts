@@ -89,6 +89,8 @@ export const DEFAULTS = {
    * as after a 410; `off` never disables for failures.
    */
   SPILLWAY_ENDPOINT_DISABLE_AFTER: '120h',
+  /** How long an endpoint's open circuit breaker waits before one half-open probe. */
+  SPILLWAY_BREAKER_RESET: '30s',
   /** Operator notifications (endpoint disabled, DLQ over SPILLWAY_DLQ_ALERT, tenant over quota): a webhook URL. */
   SPILLWAY_NOTIFY_URL: '',
   /** The `whsec_` secret operator notifications are signed with (Standard Webhooks, as deliveries). */
@@ -327,6 +329,12 @@ const schema = z.object({
   SPILLWAY_DLQ_CAP: positiveInt('SPILLWAY_DLQ_CAP'),
   SPILLWAY_DLQ_TTL: duration('SPILLWAY_DLQ_TTL'),
   SPILLWAY_DLQ_ALERT: positiveInt('SPILLWAY_DLQ_ALERT'),
+  SPILLWAY_BREAKER_RESET: durationWithin(
+    'SPILLWAY_BREAKER_RESET',
+    1000,
+    3_600_000,
+    'an open breaker waits this long before its half-open probe',
+  ),
   SPILLWAY_ENDPOINT_DISABLE_AFTER: z.string().transform((s, ctx) => {
     if (s === 'off') return undefined;
     const ms = parseDuration(s);
@@ -509,6 +517,8 @@ export interface Config {
   dlqAlert: number;
   /** SPILLWAY_ENDPOINT_DISABLE_AFTER (ms); undefined = off. */
   endpointDisableAfterMs: number | undefined;
+  /** SPILLWAY_BREAKER_RESET (ms): an open endpoint breaker's wait before its half-open probe. */
+  breakerResetMs: number;
   /** SPILLWAY_NOTIFY_URL / SPILLWAY_NOTIFY_SECRET; the URL needs the secret. */
   notify: { url: string; secret: string } | undefined;
   /** SPILLWAY_SECRET_KEY, decoded (32 bytes); without it secrets are stored unencrypted (`secretBoxOf`). */
@@ -572,6 +582,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     dlqTtlMs: c.SPILLWAY_DLQ_TTL,
     dlqAlert: c.SPILLWAY_DLQ_ALERT,
     endpointDisableAfterMs: c.SPILLWAY_ENDPOINT_DISABLE_AFTER,
+    breakerResetMs: c.SPILLWAY_BREAKER_RESET,
     notify: notifyOf(c.SPILLWAY_NOTIFY_URL, c.SPILLWAY_NOTIFY_SECRET),
     secretKey: c.SPILLWAY_SECRET_KEY,
     secretKeysPrevious: Object.freeze(c.SPILLWAY_SECRET_KEY_PREVIOUS),

@@ -51,6 +51,7 @@ describe('loadConfig', () => {
     ['SPILLWAY_DLQ_TTL', 'forever'],
     ['SPILLWAY_DLQ_ALERT', 'x'],
     ['SPILLWAY_ENDPOINT_DISABLE_AFTER', '5 days'],
+    ['SPILLWAY_BREAKER_RESET', '100ms'],
     ['SPILLWAY_NOTIFY_URL', 'ftp://ops.example'],
     ['SPILLWAY_NOTIFY_SECRET', 'plain'],
     ['SPILLWAY_TENANT_EVENTS_PER_DAY', '-5'],
@@ -110,6 +111,8 @@ describe('loadConfig', () => {
     expect(c.endpointDisableAfterMs).toBe(120 * 3_600_000);
     expect(c.notify).toBeUndefined();
     expect(loadConfig({ SPILLWAY_ENDPOINT_DISABLE_AFTER: 'off' }).endpointDisableAfterMs).toBeUndefined();
+    expect(loadConfig({}).breakerResetMs).toBe(30_000);
+    expect(loadConfig({ SPILLWAY_BREAKER_RESET: '2s' }).breakerResetMs).toBe(2000);
     expect(loadConfig({ SPILLWAY_RECORD_RETENTION: '24h,500' }).recordRetention).toEqual({
       ms: 86_400_000,
       count: 500,

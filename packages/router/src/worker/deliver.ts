@@ -68,6 +68,8 @@ export interface DeliveryPortOptions {
   keys: Keys;
   logger: Logger;
   targetAllowCidrs: readonly string[];
+  /** An open breaker's wait before its half-open probe (SPILLWAY_BREAKER_RESET). */
+  breakerResetMs?: number;
 }
 
 /** The real delivery: @spillway/delivery's Dispatcher (rate, per-tenant concurrency, breakers, SSRF, signing, timeouts). */
@@ -77,6 +79,7 @@ export async function createDeliveryPort(opts: DeliveryPortOptions): Promise<Del
     keys: opts.keys,
     logger: opts.logger,
     allowCidrs: [...opts.targetAllowCidrs],
+    ...(opts.breakerResetMs === undefined ? {} : { breaker: { resetTimeoutMs: opts.breakerResetMs } }),
   });
   return {
     dispatch: (task, tenant, endpoint, o) => d.dispatch(task, tenant, endpoint, o),

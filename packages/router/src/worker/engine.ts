@@ -351,6 +351,9 @@ export class Engine {
       lane.unpin(h.owner);
       return 'blocked';
     }
+    // The first task of a half-open endpoint is its probe; #fate holds back the rest until it leaves.
+    if (this.#d.delivery.breakerState(task.tenantId, task.endpointId) === 'half-open')
+      lane.probes.set(task.endpointId, task);
     lane.queue.push(h);
     this.#pump(lane);
     return 'admitted';
@@ -365,8 +368,16 @@ export class Engine {
     if (staleTask(task, ep)) return 'stale';
     if (ep.status === 'disabled') return 'endpoint_disabled';
     if (v.tenant.status === 'paused' || ep.status === 'paused') return 'blocked';
-    // An open breaker refuses attempts: the task waits in the spill log, not in a retry job.
-    if (this.#d.delivery.breakerState(task.tenantId, task.endpointId) === 'open') return 'blocked';
+    // An open breaker refuses attempts: the task waits in the spill log, not in a retry job. A
+    // half-open one lets one probe through: the lane takes one task for it and no more, since every
+    // other attempt would be refused at once and put on the retry schedule (a round trip through
+    // Redis per task, and the lane's credits, for nothing).
+    const breaker = this.#d.delivery.breakerState(task.tenantId, task.endpointId);
+    if (breaker === 'open') return 'blocked';
+    if (breaker === 'half-open') {
+      const probe = this.#lanes.get(task.tenantId)?.probes.get(task.endpointId);
+      if (probe !== undefined && probe !== task) return 'blocked';
+    }
     return 'run';
   }
 
@@ -563,7 +574,13 @@ export class Engine {
 
   #settled(lane: Lane, h: Held, outcome: AttemptOutcome): void {
     lane.active--;
-    lane.completed(Date.now(), outcome.kind === 'delivered' ? outcome.durationMs : undefined);
+    // A deferral (breaker open) was no attempt: counted in the rate it would make a lane whose
+    // endpoint refuses everything look fast, and the drainer would feed it at that rate.
+    lane.completed(
+      Date.now(),
+      outcome.kind === 'delivered' ? outcome.durationMs : undefined,
+      outcome.kind === 'deferred' ? 0 : 1,
+    );
     this.#out(lane, h);
     h.owner.settle();
     this.#released();
@@ -574,6 +591,8 @@ export class Engine {
   #out(lane: Lane, h: Held): void {
     this.credits.release(lane.tenantId, h.task.event.body);
     lane.unpin(h.owner);
+    if (lane.probes.size > 0 && lane.probes.get(h.task.endpointId) === h.task)
+      lane.probes.delete(h.task.endpointId);
   }
 
   /** Bookkeeping after any task left memory: room for the job claimer and the drainer. */

@@ -138,6 +138,11 @@ export class Lane {
   lastProgress = Date.now();
   /** Jobs that tasks in this lane keep active, and how many tasks each. */
   readonly #pins = new Map<Owner, number>();
+  /**
+   * By endpoint id: the one task this lane holds for an endpoint whose breaker is half-open (its
+   * probe). Until it leaves, the endpoint's other tasks stay where they are (Engine#fate).
+   */
+  readonly probes = new Map<string, DeliveryTask>();
 
   constructor(tenantId: string) {
     this.tenantId = tenantId;

@@ -69,7 +69,13 @@ export async function createWorker(
 
   const delivery =
     opts.delivery ??
-    (await createDeliveryPort({ targetAllowCidrs: config.targetAllowCidrs, redis: rt.redis, keys, logger }));
+    (await createDeliveryPort({
+      targetAllowCidrs: config.targetAllowCidrs,
+      breakerResetMs: config.breakerResetMs,
+      redis: rt.redis,
+      keys,
+      logger,
+    }));
   const retryQueue = createQueue(rt.redis, keys, keys.retryQueue, logger);
   const activity = new SpillActivity(rt.redis, keys, logger);
   const spill = new SpillProducer(rt.kafka, config.spillTopic, logger, activity);
