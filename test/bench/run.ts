@@ -41,7 +41,7 @@ async function main() {
   const t0 = Date.now();
   process.stdout.write(
     `Spillway benchmarks${quick ? ' (quick)' : ''}: ${selected.map((b) => b.name).join(', ')}\n` +
-      `machine: ${machine.cpuModel}, ${machine.cores} cores, Linux ${machine.kernel}, Node ${machine.node}, load ${machine.loadAvg1m}\n`,
+      `machine: ${machine.cpuModel}, ${machine.cores} cores, Linux ${machine.kernel}, Node ${machine.node}, load ${machine.loadAvg1m}, page fault ${machine.pageFaultUs?.toFixed(2) ?? '?'} µs\n`,
   );
   const prev = readResults(`${OUT}/results.json`);
   const file: ResultsFile = {

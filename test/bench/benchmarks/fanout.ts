@@ -11,7 +11,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { waitFor } from '../../helpers/wait.ts';
-import { cpuMicrosOf, forkTs } from '../lib/procs.ts';
+import { cpuMicrosOf, forkTs, minorFaultsOf } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import {
@@ -44,6 +44,8 @@ interface CaseResult {
   redis?: number;
   /** Worker CPU µs (user + system) per delivery. */
   cpuUs?: number;
+  /** The worker's minor page faults per delivery over the timed drain. */
+  faults?: number;
   /** The Redis server's CPU per delivery over the timed drain, µs. */
   redisUs?: number;
   /** The warm-up drain's rate: a worker just started, its code not yet optimised. */
@@ -158,13 +160,14 @@ async function naive(sink: Sink, deliveries: number, tag: string, quick: boolean
     });
     const started = performance.timeOrigin + performance.now();
     const cpu0 = await cpuMicrosOf(p.pid);
+    const pf0 = await minorFaultsOf(p.pid);
     const d = await drained(sink, tag, deliveries, started, quick);
     const cpu1 = await cpuMicrosOf(p.pid);
-    const cpuUs =
-      cpu0 === undefined || cpu1 === undefined
-        ? undefined
-        : (cpu1 - cpu0) / Math.max(1, Number(d.delivered.split('/')[0]));
-    return { ...d, preload, cpuUs, cold };
+    const pf1 = await minorFaultsOf(p.pid);
+    const n = Math.max(1, Number(d.delivered.split('/')[0]));
+    const cpuUs = cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / n;
+    const faults = pf0 === undefined || pf1 === undefined ? undefined : (pf1 - pf0) / n;
+    return { ...d, preload, cpuUs, faults, cold };
   } finally {
     await proc?.stop(5000);
     await queue.close().catch(() => {});
@@ -234,8 +237,10 @@ async function spillway(
     });
     const started = performance.timeOrigin + performance.now();
     const cpu0 = await cpuMicrosOf(w.proc.pid);
+    const pf0 = await minorFaultsOf(w.proc.pid);
     const d = await drained(sink, tag, deliveries, started, quick);
     const cpu1 = await cpuMicrosOf(w.proc.pid);
+    const pf1 = await minorFaultsOf(w.proc.pid);
     // Every command the Redis server processed while the worker drained the timed preload (job
     // claims and locks, records, counters, limiter, stats), per delivery; nothing else uses this
     // Redis meanwhile.
@@ -245,7 +250,8 @@ async function spillway(
     // The worker's own CPU time per delivery: unlike a rate, it does not shrink or grow with what
     // else the machine runs (its start-up, before cpu0, is not counted).
     const cpuUs = cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / n;
-    return { ...d, preload, redis, redisUs, cpuUs, cold };
+    const faults = pf0 === undefined || pf1 === undefined ? undefined : (pf1 - pf0) / n;
+    return { ...d, preload, redis, redisUs, cpuUs, faults, cold };
   } finally {
     await feeder?.close().catch(() => {});
     await c.close();
@@ -377,6 +383,10 @@ export const fanout: Benchmark = {
             samples[cs.key].map((x) => x.redisUs),
             'lower',
           )?.median,
+          faults: spread(
+            samples[cs.key].map((x) => x.faults),
+            'lower',
+          )?.median,
           status:
             (bad < 0 ? 'ok' : `round ${bad + 1}: ${samples[cs.key][bad]!.delivered ?? 'failed'}`) +
             (extra ? `, ${extra} extra (duplicate) arrivals` : ''),
@@ -435,6 +445,7 @@ export const fanout: Benchmark = {
         { key: 'redis', header: 'Redis calls/delivery', digits: 3 },
         { key: 'cpuUs', header: 'worker CPU µs/delivery', digits: 0 },
         { key: 'redisUs', header: 'Redis CPU µs/delivery', digits: 1 },
+        { key: 'faults', header: 'worker page faults/delivery', digits: 2 },
         { key: 'status', header: 'status' },
       ],
       rows,

@@ -11,7 +11,26 @@ export interface Machine {
   kernel: string;
   node: string;
   loadAvg1m: number;
+  /**
+   * What one minor page fault costs here (µs: a fresh 4 KiB page touched, zeroing included; best
+   * of 3 over 64 MiB). About 0.1–0.3 on bare metal; 10+ on some VMs, where a process that keeps
+   * touching fresh memory pays it per delivery (docs/benchmarks/profile.md).
+   */
+  pageFaultUs?: number;
   versions: Record<string, string>;
+}
+
+/** Times touching every page of fresh 64 MiB buffers: the cost of one minor fault, best of 3. */
+export function pageFaultMicros(): number {
+  const size = 64 * 2 ** 20;
+  let best = Number.POSITIVE_INFINITY;
+  for (let r = 0; r < 3; r++) {
+    const a = new Uint8Array(size);
+    const t0 = performance.now();
+    for (let i = 0; i < size; i += 4096) a[i] = 1;
+    best = Math.min(best, ((performance.now() - t0) * 1000) / (size / 4096));
+  }
+  return best;
 }
 
 async function firstLine(cmd: string, args: string[], re?: RegExp): Promise<string> {
@@ -68,6 +87,7 @@ export async function machineInfo(redisUrl?: string): Promise<Machine> {
     kernel,
     node: process.versions.node,
     loadAvg1m: load,
+    pageFaultUs: pageFaultMicros(),
     versions,
   };
 }

@@ -101,7 +101,12 @@ export async function runToEnd(
 }
 
 /** The CPU fields of a /proc `stat` line, in µs, and the thread or process name. */
-export function parseProcStat(stat: string): { name: string; us: number; childrenUs: number } {
+export function parseProcStat(stat: string): {
+  name: string;
+  us: number;
+  childrenUs: number;
+  minorFaults: number;
+} {
   // Fields after the command name (which may contain spaces) start at ") ".
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const us = (i: number, j: number) => ((Number(f[i]) + Number(f[j])) * 1e6) / 100; // USER_HZ 100
@@ -109,6 +114,7 @@ export function parseProcStat(stat: string): { name: string; us: number; childre
     name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
     us: us(11, 12), // utime, stime (fields 14 and 15)
     childrenUs: us(13, 14), // cutime, cstime: children waited for
+    minorFaults: Number(f[7]), // minflt (field 10)
   };
 }
 
@@ -117,6 +123,19 @@ export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
   const { readFile } = await import('node:fs/promises');
   try {
     return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8')).us;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Minor page faults a process has taken so far (/proc/<pid>/stat). On some VMs a fault costs
+ * 10+ µs (docs/benchmarks/profile.md), so faults per delivery are CPU the profiles do not show.
+ */
+export async function minorFaultsOf(pid: number): Promise<number | undefined> {
+  const { readFile } = await import('node:fs/promises');
+  try {
+    return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8')).minorFaults;
   } catch {
     return undefined;
   }

@@ -199,7 +199,7 @@ export function readmeText(
     '',
     `Last run: ${file.generatedAt} — \`${file.command}\``,
     '',
-    `Machine: ${m.cpuModel}, ${m.cores} cores, ${m.memTotalMiB} MiB RAM, Linux ${m.kernel}, Node ${m.node}, load average ${m.loadAvg1m} at start.`,
+    `Machine: ${m.cpuModel}, ${m.cores} cores, ${m.memTotalMiB} MiB RAM, Linux ${m.kernel}, Node ${m.node}, load average ${m.loadAvg1m} at start${m.pageFaultUs === undefined ? '' : `, a minor page fault ≈ ${m.pageFaultUs.toFixed(2)} µs`}.`,
     `Versions: ${Object.entries(m.versions)
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')}.`,
