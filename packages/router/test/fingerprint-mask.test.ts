@@ -212,7 +212,8 @@ describe('dedup window masks', () => {
     for (const [slot, list] of all) {
       const m = await meta(withM, slot);
       const plain = await meta(without, slot);
-      expect({ e0: m.e0, l: m.l, n: m.n }).toEqual(plain);
+      // (`c`, the compaction cursor the slot after it keeps, depends on the calls: not compared.)
+      expect({ e0: m.e0, l: m.l, n: m.n }).toEqual({ e0: plain.e0, l: plain.l, n: plain.n });
       expect(m.fn).toBe(m.n);
       const { key } = await maskBits(withM, slot, list[0]!);
       for (const k of [key, `${withM}:w`]) {

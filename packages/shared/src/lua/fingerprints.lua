@@ -179,12 +179,15 @@ local function seen(base, now, back, fp, h)
 end
 
 -- Appends an entry to its bucket of `slot`, buffered: each slot's hash is read once and written
--- once, and each bucket read once and rewritten once, by flush_appends(), which the script calls
+-- once, and each bucket read once and written once, by flush_appends(), which the script calls
 -- before it returns. A slot starts at the epoch its predecessor's count needs (about `per` entries
 -- a bucket) and moves to the next one once the entries written exceed per * (2^e0 + ... + 2^e).
--- Rewritten with SET (exact allocation, no append slack); every key written gets the TTL. What is
--- appended is not visible to seen() in the same call: a script that must see its own earlier
--- entries keeps them itself (body-claim-1).
+-- A new bucket is created with SET and the TTL; an existing one (created in this slot, so its TTL
+-- already covers the slot's end plus the window) gets only the call's new entries with APPEND: the
+-- AOF and the replicas receive those bytes, not the whole bucket again (~1 KiB a write). APPEND
+-- leaves the string's allocation up to twice its length; the slot after it takes that slack back
+-- (compact_step). What is appended is not visible to seen() in the same call: a script that must
+-- see its own earlier entries keeps them itself (body-claim-1).
 -- `fbits` (mask words per entry, nil = no masks) puts a slot this call creates in the current
 -- window mask (or a new one, see above); in a slot whose mask bit is in use (fn == n) every entry
 -- sets it; in any other slot, or from a caller without `fbits`, only n grows, so that slot's mask
@@ -214,6 +217,43 @@ local function mask_for(base, prev, fbits)
   return t
 end
 
+-- Buckets of a slot that stopped taking entries are rewritten exactly, COMPACT_STEP per call of
+-- the slot after it: `SET ... KEEPTTL` of the same bytes drops APPEND's spare allocation (the
+-- live slot alone keeps it: about 1/25 of a window). The slot's meta keeps the cursor (`c`, the
+-- buckets done, counted over its epochs in order); once it reaches the slot's bucket count, a call
+-- costs one HMGET. A slot has about `entries / per` buckets and gets far more calls than that in
+-- the slot after it, so the walk ends early in that slot; an unfinished one only leaves slack.
+local COMPACT_STEP = 16
+local compacted = {}
+
+local function compact_step(base, slot)
+  local meta = base .. ':' .. slot .. ':m'
+  if compacted[meta] then return end
+  compacted[meta] = true
+  local v = redis.call('HMGET', meta, 'e0', 'l', 'c')
+  local e0, l = tonumber(v[1]), tonumber(v[2])
+  if not e0 then return end
+  local c, total = tonumber(v[3] or '0'), 0
+  for e = e0, l do total = total + 2 ^ e end
+  if c >= total then return end
+  local from, budget, first = 0, COMPACT_STEP, c
+  for e = e0, l do
+    local size = 2 ^ e
+    if c < from + size then
+      local pre = base .. ':' .. slot .. ':' .. e .. ':'
+      while c < from + size and budget > 0 do
+        local k = pre .. (c - from)
+        local b = redis.call('GET', k)
+        if b then redis.call('SET', k, b, 'KEEPTTL') end
+        c, budget = c + 1, budget - 1
+      end
+    end
+    from = from + size
+    if budget == 0 then break end
+  end
+  if c > first then redis.call('HSET', meta, 'c', c) end
+end
+
 local function append_buffered(base, slot, entry, h, per, fbits)
   local by = slots[base]
   if not by then
@@ -222,6 +262,7 @@ local function append_buffered(base, slot, entry, h, per, fbits)
   end
   local m = by[slot]
   if not m then
+    compact_step(base, slot - 1)
     local meta = base .. ':' .. slot .. ':m'
     local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'w', 'fn')
     local e0 = tonumber(v[1])
@@ -279,7 +320,9 @@ end
 local function flush_appends(ttl)
   for _, x in ipairs(order) do
     if type(x) == 'string' then
-      redis.call('SET', x, table.concat(buckets[x]), 'PX', ttl)
+      local b = buckets[x]
+      if b[1] == '' then redis.call('SET', x, table.concat(b), 'PX', ttl)
+      else redis.call('APPEND', x, table.concat(b, '', 2)) end
     elseif x.set then
       -- A window mask: a new one allocated whole; a new slot's bit cleared in every word (BITOP AND
       -- with a word pattern that has only that bit clear); then every bit its entries set, in one
