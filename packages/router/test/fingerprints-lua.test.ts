@@ -128,9 +128,8 @@ describe('fingerprint buckets (fingerprints.lua)', () => {
     const PER = 8;
     // Slot 100: 20 calls of 40 entries, spread over its buckets (epoch growth makes several).
     for (let c = 0; c < 20; c++) {
-      const args: (string | number)[] = [];
-      for (let i = 0; i < 40; i++)
-        args.push(100, randomBytes(8), randomBytes(4).readUInt32BE());
+      const args: (string | number | Buffer)[] = [];
+      for (let i = 0; i < 40; i++) args.push(100, randomBytes(8), randomBytes(4).readUInt32BE());
       await redis.eval(SCRIPT, 1, base, 'b', 60_000, PER, ...args);
     }
     const keys100 = (await redis.keys(`${base}:100:*`)).filter((k) => !k.endsWith(':m'));

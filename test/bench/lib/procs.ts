@@ -118,14 +118,19 @@ export function parseProcStat(stat: string): {
   };
 }
 
-/** CPU time (user + system) a process has used so far, in µs, from /proc/<pid>/stat. */
-export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
+/** A process's /proc/<pid>/stat, parsed; undefined once it is gone. */
+async function procStatOf(pid: number): Promise<ReturnType<typeof parseProcStat> | undefined> {
   const { readFile } = await import('node:fs/promises');
   try {
-    return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8')).us;
+    return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8'));
   } catch {
     return undefined;
   }
+}
+
+/** CPU time (user + system) a process has used so far, in µs, from /proc/<pid>/stat. */
+export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
+  return (await procStatOf(pid))?.us;
 }
 
 /**
@@ -133,12 +138,7 @@ export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
  * 10+ µs (docs/benchmarks/profile.md), so faults per delivery are CPU the profiles do not show.
  */
 export async function minorFaultsOf(pid: number): Promise<number | undefined> {
-  const { readFile } = await import('node:fs/promises');
-  try {
-    return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8')).minorFaults;
-  } catch {
-    return undefined;
-  }
+  return (await procStatOf(pid))?.minorFaults;
 }
 
 /** Resident set size of a process in bytes (Linux /proc), undefined once it is gone. */
