@@ -11,7 +11,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { waitFor } from '../../helpers/wait.ts';
-import { cpuMicrosOf, forkTs, minorFaultsOf } from '../lib/procs.ts';
+import { forkTs, type ProcStat, procStatOf } from '../lib/procs.ts';
 import type { Goal, Row } from '../lib/report.ts';
 import { type Sink, startSink } from '../lib/sink.ts';
 import {
@@ -82,6 +82,21 @@ async function rawUndici(sink: Sink, durationMs: number, warmMs: number): Promis
   const rate = ((n - markN) * 1000) / (performance.now() - markT);
   await pool.close();
   return { rate, ok: true };
+}
+
+/**
+ * The worker's own CPU time and minor page faults per delivery between two /proc readings: unlike
+ * a rate, CPU per delivery does not shrink or grow with what else the machine runs (its start-up,
+ * before the first reading, is not counted).
+ */
+function perDelivery(
+  s0: ProcStat | undefined,
+  s1: ProcStat | undefined,
+  delivered: string,
+): { cpuUs?: number; faults?: number } {
+  if (!s0 || !s1) return {};
+  const n = Math.max(1, Number(delivered.split('/')[0]));
+  return { cpuUs: (s1.us - s0.us) / n, faults: (s1.minorFaults - s0.minorFaults) / n };
 }
 
 /** Waits for `expected` arrivals at the sink; the rate is first → last arrival. */
@@ -159,15 +174,9 @@ async function naive(sink: Sink, deliveries: number, tag: string, quick: boolean
       preload = (deliveries * 1000) / (performance.now() - t0);
     });
     const started = performance.timeOrigin + performance.now();
-    const cpu0 = await cpuMicrosOf(p.pid);
-    const pf0 = await minorFaultsOf(p.pid);
+    const s0 = await procStatOf(p.pid);
     const d = await drained(sink, tag, deliveries, started, quick);
-    const cpu1 = await cpuMicrosOf(p.pid);
-    const pf1 = await minorFaultsOf(p.pid);
-    const n = Math.max(1, Number(d.delivered.split('/')[0]));
-    const cpuUs = cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / n;
-    const faults = pf0 === undefined || pf1 === undefined ? undefined : (pf1 - pf0) / n;
-    return { ...d, preload, cpuUs, faults, cold };
+    return { ...d, ...perDelivery(s0, await procStatOf(p.pid), d.delivered), preload, cold };
   } finally {
     await proc?.stop(5000);
     await queue.close().catch(() => {});
@@ -236,22 +245,16 @@ async function spillway(
       redisCpu0 = await redisCpuMicros(c);
     });
     const started = performance.timeOrigin + performance.now();
-    const cpu0 = await cpuMicrosOf(w.proc.pid);
-    const pf0 = await minorFaultsOf(w.proc.pid);
+    const s0 = await procStatOf(w.proc.pid);
     const d = await drained(sink, tag, deliveries, started, quick);
-    const cpu1 = await cpuMicrosOf(w.proc.pid);
-    const pf1 = await minorFaultsOf(w.proc.pid);
+    const s1 = await procStatOf(w.proc.pid);
     // Every command the Redis server processed while the worker drained the timed preload (job
     // claims and locks, records, counters, limiter, stats), per delivery; nothing else uses this
     // Redis meanwhile.
     const n = Math.max(1, Number(d.delivered.split('/')[0]));
     const redis = ((await redisCommands(c)) - cmds0) / n;
     const redisUs = ((await redisCpuMicros(c)) - redisCpu0) / n;
-    // The worker's own CPU time per delivery: unlike a rate, it does not shrink or grow with what
-    // else the machine runs (its start-up, before cpu0, is not counted).
-    const cpuUs = cpu0 === undefined || cpu1 === undefined ? undefined : (cpu1 - cpu0) / n;
-    const faults = pf0 === undefined || pf1 === undefined ? undefined : (pf1 - pf0) / n;
-    return { ...d, preload, redis, redisUs, cpuUs, faults, cold };
+    return { ...d, ...perDelivery(s0, s1, d.delivered), preload, redis, redisUs, cold };
   } finally {
     await feeder?.close().catch(() => {});
     await c.close();

@@ -101,12 +101,14 @@ export async function runToEnd(
 }
 
 /** The CPU fields of a /proc `stat` line, in µs, and the thread or process name. */
-export function parseProcStat(stat: string): {
+export interface ProcStat {
   name: string;
   us: number;
   childrenUs: number;
   minorFaults: number;
-} {
+}
+
+export function parseProcStat(stat: string): ProcStat {
   // Fields after the command name (which may contain spaces) start at ") ".
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const us = (i: number, j: number) => ((Number(f[i]) + Number(f[j])) * 1e6) / 100; // USER_HZ 100
@@ -118,8 +120,12 @@ export function parseProcStat(stat: string): {
   };
 }
 
-/** A process's /proc/<pid>/stat, parsed; undefined once it is gone. */
-async function procStatOf(pid: number): Promise<ReturnType<typeof parseProcStat> | undefined> {
+/**
+ * A process's /proc/<pid>/stat, parsed (CPU time and minor page faults from one read); undefined
+ * once it is gone. On some VMs a fault costs 10+ µs (docs/benchmarks/profile.md), so faults per
+ * delivery are CPU the profiles do not show.
+ */
+export async function procStatOf(pid: number): Promise<ProcStat | undefined> {
   const { readFile } = await import('node:fs/promises');
   try {
     return parseProcStat(await readFile(`/proc/${pid}/stat`, 'utf8'));
@@ -131,14 +137,6 @@ async function procStatOf(pid: number): Promise<ReturnType<typeof parseProcStat>
 /** CPU time (user + system) a process has used so far, in µs, from /proc/<pid>/stat. */
 export async function cpuMicrosOf(pid: number): Promise<number | undefined> {
   return (await procStatOf(pid))?.us;
-}
-
-/**
- * Minor page faults a process has taken so far (/proc/<pid>/stat). On some VMs a fault costs
- * 10+ µs (docs/benchmarks/profile.md), so faults per delivery are CPU the profiles do not show.
- */
-export async function minorFaultsOf(pid: number): Promise<number | undefined> {
-  return (await procStatOf(pid))?.minorFaults;
 }
 
 /** Resident set size of a process in bytes (Linux /proc), undefined once it is gone. */

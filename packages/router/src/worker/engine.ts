@@ -315,7 +315,7 @@ export class Engine {
     if (!v || this.#leaving) return 'blocked';
     const fate = this.#fate(v, task);
     if (
-      (fate === 'run' || fate === 'blocked') &&
+      (runs(fate) || fate === 'blocked') &&
       task.seq === undefined &&
       this.#ordered &&
       task.event.orderingKey !== undefined &&
@@ -334,7 +334,7 @@ export class Engine {
       return 'admitted';
     }
     if (fate === 'blocked') return 'blocked';
-    if (fate !== 'run') {
+    if (!runs(fate)) {
       this.#divert(h, fate);
       return 'admitted';
     }
@@ -352,15 +352,17 @@ export class Engine {
       return 'blocked';
     }
     // The first task of a half-open endpoint is its probe; #fate holds back the rest until it leaves.
-    if (this.#d.delivery.breakerState(task.tenantId, task.endpointId) === 'half-open')
-      lane.probes.set(task.endpointId, task);
+    if (fate === 'probe') lane.probes.set(task.endpointId, task);
     lane.queue.push(h);
     this.#pump(lane);
     return 'admitted';
   }
 
-  /** What must happen to a task given its tenant's current config. */
-  #fate(v: TenantView, task: DeliveryTask): 'run' | 'blocked' | Exclude<Fate, 'spill'> {
+  /**
+   * What must happen to a task given its tenant's current config. 'probe' runs as 'run' does; it
+   * says the endpoint's breaker is half-open and no task is its probe yet (this one may become it).
+   */
+  #fate(v: TenantView, task: DeliveryTask): 'run' | 'probe' | 'blocked' | Exclude<Fate, 'spill'> {
     if (!v.tenant) return 'tenant_deleted';
     const ep = v.endpoints.get(task.endpointId);
     if (!ep) return 'endpoint_deleted';
@@ -376,7 +378,8 @@ export class Engine {
     if (breaker === 'open') return 'blocked';
     if (breaker === 'half-open') {
       const probe = this.#lanes.get(task.tenantId)?.probes.get(task.endpointId);
-      if (probe !== undefined && probe !== task) return 'blocked';
+      if (probe === undefined) return 'probe';
+      if (probe !== task) return 'blocked';
     }
     return 'run';
   }
@@ -526,7 +529,7 @@ export class Engine {
     // Paused, disabled or deleted while it waited for tokens: it goes where recheck would send it.
     const v = this.#views.get(lane.tenantId);
     const fate = v && !this.#leaving ? this.#fate(v, h.task) : 'blocked';
-    if (fate !== 'run') {
+    if (!runs(fate)) {
       this.#out(lane, h);
       this.#divert(h, fate === 'blocked' ? 'spill' : fate);
     } else lane.ready.push(h);
@@ -652,11 +655,11 @@ export class Engine {
    * now paused, disabled or deleted leave it — to the spill log, the DLQ, or discarded.
    */
   #recheck(lane: Lane, v: TenantView): void {
-    const leaving = (x: Held) => this.#fate(v, x.task) !== 'run';
+    const leaving = (x: Held) => !runs(this.#fate(v, x.task));
     for (const h of lane.takeWaiting(leaving)) {
       this.#out(lane, h);
       const fate = this.#fate(v, h.task);
-      this.#divert(h, fate === 'blocked' || fate === 'run' ? 'spill' : fate);
+      this.#divert(h, fate === 'blocked' || runs(fate) ? 'spill' : fate);
     }
     this.#pump(lane);
   }
@@ -752,6 +755,11 @@ export class Engine {
     this.#unsubscribe();
     this.#ungauge();
   }
+}
+
+/** Whether a task's fate lets it run now ('probe': as its half-open endpoint's probe). */
+function runs(fate: string): fate is 'run' | 'probe' {
+  return fate === 'run' || fate === 'probe';
 }
 
 /** A tenant's delivery limits with the dispatcher's defaults filled in. */
