@@ -362,7 +362,7 @@ export class Engine {
    * What must happen to a task given its tenant's current config. 'probe' runs as 'run' does; it
    * says the endpoint's breaker is half-open and no task is its probe yet (this one may become it).
    */
-  #fate(v: TenantView, task: DeliveryTask): 'run' | 'probe' | 'blocked' | Exclude<Fate, 'spill'> {
+  #fate(v: TenantView, task: DeliveryTask): TaskFate {
     if (!v.tenant) return 'tenant_deleted';
     const ep = v.endpoints.get(task.endpointId);
     if (!ep) return 'endpoint_deleted';
@@ -655,10 +655,17 @@ export class Engine {
    * now paused, disabled or deleted leave it — to the spill log, the DLQ, or discarded.
    */
   #recheck(lane: Lane, v: TenantView): void {
-    const leaving = (x: Held) => !runs(this.#fate(v, x.task));
+    // Each task's fate is judged once: the one that picked it is where it goes.
+    const fates = new Map<Held, TaskFate>();
+    const leaving = (x: Held) => {
+      const fate = this.#fate(v, x.task);
+      if (runs(fate)) return false;
+      fates.set(x, fate);
+      return true;
+    };
     for (const h of lane.takeWaiting(leaving)) {
       this.#out(lane, h);
-      const fate = this.#fate(v, h.task);
+      const fate = fates.get(h)!;
       this.#divert(h, fate === 'blocked' || runs(fate) ? 'spill' : fate);
     }
     this.#pump(lane);
@@ -757,8 +764,11 @@ export class Engine {
   }
 }
 
+/** What Engine#fate says of a task: run now ('probe': as its half-open endpoint's probe), wait, or leave. */
+type TaskFate = 'run' | 'probe' | 'blocked' | Exclude<Fate, 'spill'>;
+
 /** Whether a task's fate lets it run now ('probe': as its half-open endpoint's probe). */
-function runs(fate: string): fate is 'run' | 'probe' {
+function runs(fate: TaskFate): fate is 'run' | 'probe' {
   return fate === 'run' || fate === 'probe';
 }
 
