@@ -273,6 +273,17 @@ async function spillway(
 const COMPARE_BIN = process.env.SPILLWAY_BENCH_COMPARE_BIN;
 /** The batched case's endpoint: 10 events per request (the sink counts the events of each). */
 const BATCH_10: Partial<Endpoint> = { batch: { maxEvents: 10, maxBytes: 1_048_576, lingerMs: 20 } };
+/** The raw peer's rates right before and right after one Spillway case in one round. */
+interface Bracket {
+  before?: number;
+  after?: number;
+}
+
+function bracketMean(b: Bracket | undefined): number | undefined {
+  const xs = [b?.before, b?.after].filter((x): x is number => x !== undefined);
+  return xs.length ? xs.reduce((a, x) => a + x, 0) / xs.length : undefined;
+}
+
 type CaseKey = 'raw' | 'naive' | 'spw1' | 'spw10' | 'spwBatch' | 'cmp1' | 'cmp10';
 /** A Spillway case: endpoints per event, the sink tag's prefix, endpoint options, which checkout. */
 interface SpillwayCase {
@@ -312,59 +323,107 @@ const CASES = ALL_CASES.filter(
 );
 /**
  * The order a round runs its cases in (the table keeps CASES' order): the naive design first, then
- * the raw peer right before the Spillway cases it divides. This VM's speed moves by a third over
- * tens of seconds (a round's worker CPU per delivery 73 → 113 µs with nothing else changed), so
- * the peer is measured as close as possible to what it is compared with: with the naive case
- * between them, raw ran 25–40 s before the 1-endpoint case (now right before it, and one Spillway
- * case, 10–20 s, before the 10-endpoint one).
+ * the Spillway cases, each BRACKETED by the raw peer: raw runs right before every Spillway case and
+ * once more after the last one, and a Spillway case is divided by the mean of the two raw rates
+ * around it. This VM's speed moves by a third over tens of seconds (a round's worker CPU per
+ * delivery 73 → 113 µs, the Redis server's 7 → 10 µs, with nothing else changed): a peer measured
+ * only before a case missed a slow stretch that began during it, and one measured only after would
+ * miss one that ended during it. The bracket's two raw rates are in the notes, per case and round.
  */
-const RUN_ORDER: readonly CaseKey[] = ['naive', 'raw', 'spw1', 'cmp1', 'spw10', 'cmp10', 'spwBatch'];
+const RUN_ORDER: readonly CaseKey[] = ['naive', 'spw1', 'cmp1', 'spw10', 'cmp10', 'spwBatch'];
 /** CASES in RUN_ORDER (sorted, not filtered by it: a case missing from it still runs, first). */
-const RUN_CASES = [...CASES].sort((a, b) => RUN_ORDER.indexOf(a.key) - RUN_ORDER.indexOf(b.key));
+const RUN_CASES = [...CASES]
+  .filter((cs) => cs.key !== 'raw')
+  .sort((a, b) => RUN_ORDER.indexOf(a.key) - RUN_ORDER.indexOf(b.key));
+/** Whether the raw peer runs at all (it is a case like the others for SPILLWAY_BENCH_CASES). */
+const RAW = CASES.some((cs) => cs.key === 'raw');
 
 export const fanout: Benchmark = {
   name: 'fanout',
   title: 'Fan-out delivery',
-  method: `Every case POSTs the same ${BODY_BYTES}-byte body to the same node:http sink process (answers 200), in the same run, in rounds (3; \`--quick\` 2): each round measures every case once (the naive design first, then the raw peer right before the Spillway cases, so a Spillway case's rate is divided by the peer's of 0–30 s before, not of up to a minute before). Peer 1, the machine's limit: a raw undici Pool (${CONNECTIONS} connections, ${IN_FLIGHT} requests in flight, closed loop, rate after a warm-up). Peer 2, the design a team writes in an afternoon ("naive"): a preload of one BullMQ job per delivery in the project Redis, then a worker process (BullMQ Worker, concurrency ${IN_FLIGHT}) that signs each body Standard Webhooks style (\`standardwebhooks\`: webhook-id, webhook-timestamp, HMAC-SHA256 webhook-signature) and POSTs it with an undici Pool (${CONNECTIONS} connections); completed jobs removed. Spillway: one \`spillway start --role worker\` process; a preload of events is enqueued through the router's durable intake (group-committed BullMQ batches in Redis) and the worker drains it: intake job → fan-out → credit queue → signed undici delivery. Both workers (naive and Spillway) are started first and drain the same preload once, untimed, as a warm-up (its rate is the "cold worker" column); then the worker process is frozen (SIGSTOP) while the timed preload is enqueued, and resumed (SIGCONT): the timed drain is a backlog drained by a warm worker, as the raw peer is measured after its warm-up. The tenant's credits cover the whole preload so nothing spills (the spill path is the backlog benchmark); tenant concurrency ${IN_FLIGHT}, so ${CONNECTIONS} connections per origin (the delivery default: as many as the tenant's concurrency, up to 64; the peers use as many). Rate = deliveries ÷ time between the first and the last arrival at the sink; "from resume" counts from the SIGCONT. Neither preload is timed (the notes give their rates): the naive design's fan-out (one job per delivery) happens in its preload, Spillway's inside the timed drain, so at 10 endpoints/event the comparison leans towards the naive design. The batched case is the 1 endpoint/event case with the endpoint's \`batch\` set to 10 events per request (lingerMs 20): one signed JSON array per request, its rate counted in events. Full: 60 000 deliveries per case per round (and as many in its warm-up); \`--quick\`: 6 000. The table shows the median and the worst round and every round's rate; the verdicts use the worst round's ratio.`,
+  method: `Every case POSTs the same ${BODY_BYTES}-byte body to the same node:http sink process (answers 200), in the same run, in rounds (3; \`--quick\` 2): each round measures every case once, the naive design first, and brackets every Spillway case with the raw peer: raw runs right before each Spillway case and once after the last, and a Spillway case's rate is divided by the mean of the two raw rates around it (this VM's speed moves by a third over tens of seconds; the notes give both raw rates of every bracket). Peer 1, the machine's limit: a raw undici Pool (${CONNECTIONS} connections, ${IN_FLIGHT} requests in flight, closed loop; 8 s, the rate of the last 6 s; \`--quick\` 4 s and 2.5 s); its row is the mean of a round's raw measurements. Peer 2, the design a team writes in an afternoon ("naive"): a preload of one BullMQ job per delivery in the project Redis, then a worker process (BullMQ Worker, concurrency ${IN_FLIGHT}) that signs each body Standard Webhooks style (\`standardwebhooks\`: webhook-id, webhook-timestamp, HMAC-SHA256 webhook-signature) and POSTs it with an undici Pool (${CONNECTIONS} connections); completed jobs removed. Spillway: one \`spillway start --role worker\` process; a preload of events is enqueued through the router's durable intake (group-committed BullMQ batches in Redis) and the worker drains it: intake job → fan-out → credit queue → signed undici delivery. Both workers (naive and Spillway) are started first and drain the same preload once, untimed, as a warm-up (its rate is the "cold worker" column); then the worker process is frozen (SIGSTOP) while the timed preload is enqueued, and resumed (SIGCONT): the timed drain is a backlog drained by a warm worker, as the raw peer is measured after its warm-up. The tenant's credits cover the whole preload so nothing spills (the spill path is the backlog benchmark); tenant concurrency ${IN_FLIGHT}, so ${CONNECTIONS} connections per origin (the delivery default: as many as the tenant's concurrency, up to 64; the peers use as many). Rate = deliveries ÷ time between the first and the last arrival at the sink; "from resume" counts from the SIGCONT. Neither preload is timed (the notes give their rates): the naive design's fan-out (one job per delivery) happens in its preload, Spillway's inside the timed drain, so at 10 endpoints/event the comparison leans towards the naive design. The batched case is the 1 endpoint/event case with the endpoint's \`batch\` set to 10 events per request (lingerMs 20): one signed JSON array per request, its rate counted in events. Full: 60 000 deliveries per case per round (and as many in its warm-up); \`--quick\`: 6 000. The table shows the median and the worst round and every round's rate; the verdicts use the worst round's ratio.`,
   targets: [
     'Spillway deliveries/s ≥ 40 % of raw undici to the same sink (worst round).',
     'Spillway deliveries/s ≥ 3 × the naive design (BullMQ job per delivery, worker concurrency 64, HMAC-signed, same sink and pool) (worst round).',
   ],
   async run({ quick, rounds, log, round }) {
-    const durationMs = quick ? 5000 : 15_000;
-    const warmMs = quick ? 1500 : 3000;
+    // Each bracket's raw peer: short, since a round measures it once per Spillway case plus once.
+    const durationMs = quick ? 4000 : 8000;
+    const warmMs = quick ? 1500 : 2000;
     const deliveries = quick ? 6000 : 60_000;
     const notes: string[] = [];
     const samples = Object.fromEntries(ALL_CASES.map((cs) => [cs.key, [] as CaseResult[]])) as Record<
       CaseKey,
       CaseResult[]
     >;
+    /** Per Spillway case and round: the raw rates right before and right after it. */
+    const brackets = Object.fromEntries(ALL_CASES.map((cs) => [cs.key, [] as Bracket[]])) as Record<
+      CaseKey,
+      Bracket[]
+    >;
+    const rawSeq: (number | undefined)[][] = [];
     const sink = await startSink();
     try {
       for (let r = 1; r <= rounds; r++) {
         round(r);
-        for (const cs of RUN_CASES) {
+        // The round's raw measurements in order; a Spillway case remembers the one before it, and
+        // its bracket is closed by the next one (before the next Spillway case, or the last).
+        const raws: CaseResult[] = [];
+        const open: CaseKey[] = [];
+        const raw = async (why: string) => {
           let res: CaseResult;
           try {
-            const sc = cs.spillway;
+            res = await rawUndici(sink, durationMs, warmMs);
+          } catch (err) {
+            res = { ok: false, note: (err as Error).message.split('\n')[0] };
+            notes.push(`raw undici Pool, round ${r}: ${res.note}`);
+          }
+          raws.push(res);
+          for (const k of open.splice(0)) brackets[k][r - 1]!.after = res.rate;
+          log(
+            `round ${r} raw undici Pool (${why}): ${res.rate === undefined ? 'not measured' : `${res.rate.toFixed(0)} deliveries/s`}`,
+          );
+          return res;
+        };
+        for (const cs of RUN_CASES) {
+          let res: CaseResult;
+          const sc = cs.spillway;
+          if (sc && RAW) {
+            const before = await raw(`before ${cs.label}`);
+            brackets[cs.key][r - 1] = { before: before.rate };
+          }
+          try {
             if (sc) res = await spillway(sink, sc, deliveries, `${sc.tag}-r${r}`, quick);
-            else if (cs.key === 'raw') res = await rawUndici(sink, durationMs, warmMs);
             else res = await naive(sink, deliveries, `naive-r${r}`, quick);
           } catch (err) {
             res = { ok: false, note: (err as Error).message.split('\n')[0] };
             notes.push(`${cs.label}, round ${r}: ${res.note}`);
           }
+          if (sc && RAW) open.push(cs.key);
           samples[cs.key].push(res);
           log(
             `round ${r} ${cs.label}: ${res.rate === undefined ? 'not measured' : `${res.rate.toFixed(0)} deliveries/s`}${res.fromStart ? ` (${res.fromStart.toFixed(0)}/s from resume)` : ''}${res.cold ? `, cold worker ${res.cold.toFixed(0)}/s` : ''}${res.delivered ? `; ${res.delivered}` : ''}${res.cpuUs === undefined ? '' : `; worker ${res.cpuUs.toFixed(0)} µs CPU/delivery`}${res.redisUs === undefined ? '' : `, Redis ${res.redisUs.toFixed(1)} µs`}`,
           );
         }
+        if (RAW) await raw(raws.length ? 'after the last Spillway case' : 'the only case');
+        // The raw row: the mean of the round's raw measurements.
+        const ok = raws.filter((x) => x.rate !== undefined);
+        samples.raw.push(
+          ok.length
+            ? { ok: true, rate: ok.reduce((a, x) => a + x.rate!, 0) / ok.length }
+            : { ok: false, note: 'no raw measurement' },
+        );
+        rawSeq.push(raws.map((x) => x.rate));
       }
     } finally {
       await sink.close();
     }
     const rates = (k: CaseKey) => samples[k].map((s) => s.rate);
-    const vsRaw = (k: CaseKey) => spread(perRound(rates(k), rates('raw')), 'higher');
+    // A Spillway case's peer in a round: the mean of its bracket (either side alone if the other
+    // failed); the raw row and the naive design's: the round's mean raw rate.
+    const peerOf = (k: CaseKey) =>
+      ALL_CASES.find((cs) => cs.key === k)?.spillway ? brackets[k].map((b) => bracketMean(b)) : rates('raw');
+    const vsRaw = (k: CaseKey) => spread(perRound(rates(k), peerOf(k)), 'higher');
     const vsNaive = (k: CaseKey) => spread(perRound(rates(k), rates('naive')), 'higher');
     const rows: Row[] = CASES.map((cs) => {
       const s = spread(rates(cs.key), 'higher');
@@ -427,6 +486,22 @@ export const fanout: Benchmark = {
         samples[k].map((x) => x.preload),
         'higher',
       )?.median;
+    if (RAW) {
+      const f = (x: number | undefined) => (x === undefined ? '—' : x.toFixed(0));
+      notes.push(
+        `raw undici Pool measurements per round, in the order they ran (before each Spillway case, then after the last): ${rawSeq.map((xs, i) => `round ${i + 1}: ${xs.map(f).join(' → ')}`).join('; ')}.`,
+      );
+      for (const cs of RUN_CASES.filter((c) => c.spillway))
+        notes.push(
+          `${cs.label} ÷ raw, per round, with the raw rates before / after it: ${samples[cs.key]
+            .map((x, i) => {
+              const b = brackets[cs.key][i];
+              const m = bracketMean(b);
+              return `${x.rate !== undefined && m ? (x.rate / m).toFixed(2) : '—'} (${f(b?.before)} / ${f(b?.after)})`;
+            })
+            .join(', ')}.`,
+        );
+    }
     const batchedVsOne = spread(perRound(rates('spwBatch'), rates('spw1')), 'higher');
     notes.push(
       `batched (10 events per request, one endpoint) ÷ unbatched (1 endpoint/event) delivered events/s: median ${batchedVsOne?.median.toFixed(2) ?? '—'}, worst ${batchedVsOne?.worst.toFixed(2) ?? '—'}; the sink counts each request's \`spillway-batch-count\` events, and "deliveries" in this table are events delivered.`,
