@@ -83,8 +83,15 @@ async function oneRound(
     const w = await c.startRole('worker');
     const f = await openIntake(c);
     feeder = f;
+    // Both calm tenants are warmed the same way before the phases: one event each, delivered, so
+    // neither phase's first events pay the worker's first look at their tenant (config read, the
+    // origin's connections, its breaker). Until 2026-12-07 only the alone phase's tenant was: the
+    // flood phase's first 5–12 calm events took 20–48 ms (the alone phase's first ones 16–21 ms), a
+    // quarter of the 40 slowest that make its p99 (docs/benchmarks/profile.md).
     await f.submit(calm1);
-    await waitFor(async () => (await sink.stats(calm1)).count > 0, 'the first calm delivery', 30_000);
+    await f.submit(calm2);
+    for (const t of [calm1, calm2])
+      await waitFor(async () => (await sink.stats(t)).count > 0, 'the first calm delivery', 30_000);
     await sleep(1000);
 
     const phase = async (tid: string, withFlood: boolean): Promise<Phase> => {
@@ -170,7 +177,7 @@ export const noisy: Benchmark = {
   name: 'noisy',
   title: 'Noisy neighbour',
   method:
-    "One worker process. Tenant `calm` sends R events/s (R = 100; `--quick` 50) through the durable intake to an endpoint answering 200; latency = sink arrival − `sentAt` stamped in the body just before enqueue. Phase 1: calm alone. Phase 2: tenant `flood` adds 10 × R events/s to an endpoint that never answers (5 s timeout), so its credits fill and its backlog spills, while calm keeps sending. Each phase 40 s (4,000 calm events; `--quick` 8 s) with its own calm tenant (20 s until 2026-12-06: the p99 of 2,000 events, the 20th slowest, moved between rounds of identical code by as much as the target's margin); every calm event sent in the phase counts (a bounded wait lets stragglers arrive; one that never arrives makes p99 unbounded). Rounds: 3 (`--quick` 2), each on a fresh prefix with a fresh worker, so no round inherits the previous flood's spilled backlog. Before each phase the project Redis rewrites its AOF and the phase starts when that is done (the growth earlier benchmarks and phases left would otherwise trigger an automatic rewrite, a fork whose child takes a core of this 2-core machine, in the middle of a phase); the notes count the automatic rewrites that still ran during each phase, with the size of the dataset a rewrite copies (the project Redis is shared with the test suite, whose leftovers it keeps until they expire: on 2026-12-07 116 MB of them made the flood phases' p99 2–5× worse than after a FLUSHALL). The ratio is taken within each round, and the verdict uses the worst round's ratio.",
+    "One worker process. Tenant `calm` sends R events/s (R = 100; `--quick` 50) through the durable intake to an endpoint answering 200; latency = sink arrival − `sentAt` stamped in the body just before enqueue. Phase 1: calm alone. Phase 2: tenant `flood` adds 10 × R events/s to an endpoint that never answers (5 s timeout), so its credits fill and its backlog spills, while calm keeps sending. Each phase 40 s (4,000 calm events; `--quick` 8 s) with its own calm tenant, both warmed by one delivered event before the first phase (20 s until 2026-12-06: the p99 of 2,000 events, the 20th slowest, moved between rounds of identical code by as much as the target's margin); every calm event sent in the phase counts (a bounded wait lets stragglers arrive; one that never arrives makes p99 unbounded). Rounds: 3 (`--quick` 2), each on a fresh prefix with a fresh worker, so no round inherits the previous flood's spilled backlog. Before each phase the project Redis rewrites its AOF and the phase starts when that is done (the growth earlier benchmarks and phases left would otherwise trigger an automatic rewrite, a fork whose child takes a core of this 2-core machine, in the middle of a phase); the notes count the automatic rewrites that still ran during each phase, with the size of the dataset a rewrite copies (the project Redis is shared with the test suite, whose leftovers it keeps until they expire: on 2026-12-07 116 MB of them made the flood phases' p99 2–5× worse than after a FLUSHALL). The ratio is taken within each round, and the verdict uses the worst round's ratio.",
   targets: ["Healthy tenant's p99 with the flood ÷ p99 alone ≤ 1.5 (worst round)."],
   async run({ quick, rounds, log, round }) {
     const R = quick ? 50 : 100;
