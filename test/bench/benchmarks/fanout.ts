@@ -331,7 +331,10 @@ const CASES = ALL_CASES.filter(
  * miss one that ended during it. The bracket's two raw rates are in the notes, per case and round.
  */
 const RUN_ORDER: readonly CaseKey[] = ['naive', 'spw1', 'cmp1', 'spw10', 'cmp10', 'spwBatch'];
-/** CASES in RUN_ORDER (sorted, not filtered by it: a case missing from it still runs, first). */
+/**
+ * CASES but the raw peer (it runs around each Spillway case), in RUN_ORDER: sorted, not filtered
+ * by it, so a case missing from it still runs (first).
+ */
 const RUN_CASES = [...CASES]
   .filter((cs) => cs.key !== 'raw')
   .sort((a, b) => RUN_ORDER.indexOf(a.key) - RUN_ORDER.indexOf(b.key));
