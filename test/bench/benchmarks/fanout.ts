@@ -273,15 +273,10 @@ async function spillway(
 const COMPARE_BIN = process.env.SPILLWAY_BENCH_COMPARE_BIN;
 /** The batched case's endpoint: 10 events per request (the sink counts the events of each). */
 const BATCH_10: Partial<Endpoint> = { batch: { maxEvents: 10, maxBytes: 1_048_576, lingerMs: 20 } };
-/** The raw peer's rates right before and right after one Spillway case in one round. */
-interface Bracket {
-  before?: number;
-  after?: number;
-}
-
-function bracketMean(b: Bracket | undefined): number | undefined {
-  const xs = [b?.before, b?.after].filter((x): x is number => x !== undefined);
-  return xs.length ? xs.reduce((a, x) => a + x, 0) / xs.length : undefined;
+/** The mean of the measured rates among `xs` (undefined if none was measured). */
+function meanOf(xs: (number | undefined)[]): number | undefined {
+  const ok = xs.filter((x): x is number => x !== undefined);
+  return ok.length ? ok.reduce((a, x) => a + x, 0) / ok.length : undefined;
 }
 
 type CaseKey = 'raw' | 'naive' | 'spw1' | 'spw10' | 'spwBatch' | 'cmp1' | 'cmp10';
@@ -359,20 +354,26 @@ export const fanout: Benchmark = {
       CaseKey,
       CaseResult[]
     >;
-    /** Per Spillway case and round: the raw rates right before and right after it. */
-    const brackets = Object.fromEntries(ALL_CASES.map((cs) => [cs.key, [] as Bracket[]])) as Record<
-      CaseKey,
-      Bracket[]
-    >;
+    /** Per round, the raw peer's rates in the order they were measured. */
     const rawSeq: (number | undefined)[][] = [];
+    /** Per Spillway case and round, the index in rawSeq of the raw run right before it. */
+    const rawAt = Object.fromEntries(ALL_CASES.map((cs) => [cs.key, [] as number[]])) as Record<
+      CaseKey,
+      number[]
+    >;
+    /** A Spillway case's bracket in round i: the raw rates right before and right after it. */
+    const bracketOf = (k: CaseKey, i: number) => {
+      const at = rawAt[k][i];
+      return at === undefined ? [] : [rawSeq[i]?.[at], rawSeq[i]?.[at + 1]];
+    };
     const sink = await startSink();
     try {
       for (let r = 1; r <= rounds; r++) {
         round(r);
-        // The round's raw measurements in order; a Spillway case remembers the one before it, and
-        // its bracket is closed by the next one (before the next Spillway case, or the last).
-        const raws: CaseResult[] = [];
-        const open: CaseKey[] = [];
+        // The round's raw measurements in order: each Spillway case's bracket is the one before
+        // it and the next one (before the next Spillway case, or after the last).
+        const raws: (number | undefined)[] = [];
+        rawSeq.push(raws);
         const raw = async (why: string) => {
           let res: CaseResult;
           try {
@@ -381,19 +382,17 @@ export const fanout: Benchmark = {
             res = { ok: false, note: (err as Error).message.split('\n')[0] };
             notes.push(`raw undici Pool, round ${r}: ${res.note}`);
           }
-          raws.push(res);
-          for (const k of open.splice(0)) brackets[k][r - 1]!.after = res.rate;
+          raws.push(res.rate);
           log(
             `round ${r} raw undici Pool (${why}): ${res.rate === undefined ? 'not measured' : `${res.rate.toFixed(0)} deliveries/s`}`,
           );
-          return res;
         };
         for (const cs of RUN_CASES) {
           let res: CaseResult;
           const sc = cs.spillway;
           if (sc && RAW) {
-            const before = await raw(`before ${cs.label}`);
-            brackets[cs.key][r - 1] = { before: before.rate };
+            rawAt[cs.key][r - 1] = raws.length;
+            await raw(`before ${cs.label}`);
           }
           try {
             if (sc) res = await spillway(sink, sc, deliveries, `${sc.tag}-r${r}`, quick);
@@ -402,7 +401,6 @@ export const fanout: Benchmark = {
             res = { ok: false, note: (err as Error).message.split('\n')[0] };
             notes.push(`${cs.label}, round ${r}: ${res.note}`);
           }
-          if (sc && RAW) open.push(cs.key);
           samples[cs.key].push(res);
           log(
             `round ${r} ${cs.label}: ${res.rate === undefined ? 'not measured' : `${res.rate.toFixed(0)} deliveries/s`}${res.fromStart ? ` (${res.fromStart.toFixed(0)}/s from resume)` : ''}${res.cold ? `, cold worker ${res.cold.toFixed(0)}/s` : ''}${res.delivered ? `; ${res.delivered}` : ''}${res.cpuUs === undefined ? '' : `; worker ${res.cpuUs.toFixed(0)} µs CPU/delivery`}${res.redisUs === undefined ? '' : `, Redis ${res.redisUs.toFixed(1)} µs`}`,
@@ -410,13 +408,10 @@ export const fanout: Benchmark = {
         }
         if (RAW) await raw(raws.length ? 'after the last Spillway case' : 'the only case');
         // The raw row: the mean of the round's raw measurements.
-        const ok = raws.filter((x) => x.rate !== undefined);
+        const mean = meanOf(raws);
         samples.raw.push(
-          ok.length
-            ? { ok: true, rate: ok.reduce((a, x) => a + x.rate!, 0) / ok.length }
-            : { ok: false, note: 'no raw measurement' },
+          mean === undefined ? { ok: false, note: 'no raw measurement' } : { ok: true, rate: mean },
         );
-        rawSeq.push(raws.map((x) => x.rate));
       }
     } finally {
       await sink.close();
@@ -425,7 +420,9 @@ export const fanout: Benchmark = {
     // A Spillway case's peer in a round: the mean of its bracket (either side alone if the other
     // failed); the raw row and the naive design's: the round's mean raw rate.
     const peerOf = (k: CaseKey) =>
-      ALL_CASES.find((cs) => cs.key === k)?.spillway ? brackets[k].map((b) => bracketMean(b)) : rates('raw');
+      ALL_CASES.find((cs) => cs.key === k)?.spillway
+        ? samples[k].map((_, i) => meanOf(bracketOf(k, i)))
+        : rates('raw');
     const vsRaw = (k: CaseKey) => spread(perRound(rates(k), peerOf(k)), 'higher');
     const vsNaive = (k: CaseKey) => spread(perRound(rates(k), rates('naive')), 'higher');
     const rows: Row[] = CASES.map((cs) => {
@@ -494,16 +491,17 @@ export const fanout: Benchmark = {
       notes.push(
         `raw undici Pool measurements per round, in the order they ran (before each Spillway case, then after the last): ${rawSeq.map((xs, i) => `round ${i + 1}: ${xs.map(f).join(' → ')}`).join('; ')}.`,
       );
-      for (const cs of RUN_CASES.filter((c) => c.spillway))
+      for (const cs of RUN_CASES.filter((c) => c.spillway)) {
+        const ratios = perRound(rates(cs.key), peerOf(cs.key));
         notes.push(
-          `${cs.label} ÷ raw, per round, with the raw rates before / after it: ${samples[cs.key]
+          `${cs.label} ÷ raw, per round, with the raw rates before / after it: ${ratios
             .map((x, i) => {
-              const b = brackets[cs.key][i];
-              const m = bracketMean(b);
-              return `${x.rate !== undefined && m ? (x.rate / m).toFixed(2) : '—'} (${f(b?.before)} / ${f(b?.after)})`;
+              const [before, after] = bracketOf(cs.key, i);
+              return `${x === undefined ? '—' : x.toFixed(2)} (${f(before)} / ${f(after)})`;
             })
             .join(', ')}.`,
         );
+      }
     }
     const batchedVsOne = spread(perRound(rates('spwBatch'), rates('spw1')), 'higher');
     notes.push(

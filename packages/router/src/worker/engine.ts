@@ -656,7 +656,7 @@ export class Engine {
    */
   #recheck(lane: Lane, v: TenantView): void {
     // Each task's fate is judged once: the one that picked it is where it goes.
-    const fates = new Map<Held, TaskFate>();
+    const fates = new Map<Held, Exclude<TaskFate, 'run' | 'probe'>>();
     const leaving = (x: Held) => {
       const fate = this.#fate(v, x.task);
       if (runs(fate)) return false;
@@ -666,7 +666,7 @@ export class Engine {
     for (const h of lane.takeWaiting(leaving)) {
       this.#out(lane, h);
       const fate = fates.get(h)!;
-      this.#divert(h, fate === 'blocked' || runs(fate) ? 'spill' : fate);
+      this.#divert(h, fate === 'blocked' ? 'spill' : fate);
     }
     this.#pump(lane);
   }
