@@ -47,8 +47,9 @@ export interface Keys {
   eventQuota(tenantId: string, day: string): string;
   /**
    * Base of the tenant's dedup fingerprints (docs/storage.md): `<base>:<slot>:<epoch>:<bucket>`
-   * strings of 8-byte fingerprints, `<base>:<slot>:m` their slot's epoch hash, and `<base>:p:<hex>`
-   * the short-lived pending marker of one id being accepted.
+   * strings of 8-byte fingerprints, `<base>:<slot>:m` their slot's epoch hash, `<base>:<slot>:f` its
+   * epoch filter, `<base>:w:<n>` and `<base>:w` the window masks, and `<base>:p:<hex>` the
+   * short-lived pending marker of one id being accepted.
    */
   dedupBase(tenantId: string): string;
   /**

@@ -18,6 +18,19 @@
 -- without w (written before masks existed), or one that a writer without them appended to (n grew,
 -- fn did not), is read bucket by bucket as before; a false positive costs a bucket read, never an
 -- answer.
+--
+-- Epoch filters (the same writers): a slot those writers create keeps, in <base>:<slot>:f, a bit
+-- filter per epoch past its first two that answers "may epoch e of this slot hold this fingerprint"
+-- without reading its bucket (a slot that grew through a burst has 7-9 epochs, and a lookup read a
+-- ~2 KiB bucket of each; a slot sized by the one before it stays within two, whose buckets a call's
+-- lookups read directly as before). It is a string of 32-bit blocks. The slot's meta records
+-- fb = FILTER_BITS * per / 32 (its epochs' blocks per bucket, at least 1); epoch e's region is the
+-- blocks [fb * (2^e - 2^f0), fb * (2^(e+1) - 2^f0)), f0 = e0 + 2 its first filtered epoch, and an
+-- entry of epoch e sets two bits of one block of it: block x mod the region's size, bits y mod 32
+-- and (y / 32) mod 32 (bit 0 the block's first, as BITFIELD counts), x and y its fingerprint's
+-- halves. A lookup reads one block per filtered epoch (one BITFIELD_RO GET u32 per id and epoch,
+-- all of a slot's in one command). Exact by the masks' rule: a slot's filter is used only while its
+-- gn (entries that set their bits) equals n, and only for epochs up to FILTER_MAX_EPOCH.
 
 -- 16 hex characters to their 8 bytes (two tonumber calls, not one closure call per byte).
 local function bin(hex)
@@ -76,6 +89,35 @@ local function halves(fp)
   return ((b1 * 256 + b2) * 256 + b3) * 256 + b4, ((b5 * 256 + b6) * 256 + b7) * 256 + b8
 end
 
+-- Epoch filters: bits per entry of a full epoch (two set per entry in a block of 32: a fingerprint
+-- not there passes with odds of ~6 %), and the last epoch that has one (its region ends at
+-- 32 * fb * 2^19 bits, 128 MiB at fb 64: far below Redis's 512 MiB strings).
+local FILTER_BITS, FILTER_SKIP, FILTER_MAX_EPOCH = 8, 2, 18
+
+-- Fingerprint `fp` in a slot's filter: its two bits in a block (offsets from the block's first), the
+-- block's value with just those two set (as the bit library's signed 32-bit numbers), and x; its
+-- block in epoch e is then block(x, first block of e's region, e's size in blocks).
+local function filter_bits(fp)
+  local x, y = halves(fp)
+  local b1, b2 = math.fmod(y, 32), math.fmod(math.floor(y / 32), 32)
+  return b1, b2, bit.bor(bit.lshift(1, 31 - b1), bit.lshift(1, 31 - b2)), x
+end
+
+-- Whether epoch e of a slot starting at e0 has a filter region, and the region's first block and
+-- size in blocks.
+local function filtered(e0, e)
+  return e >= e0 + FILTER_SKIP and e <= FILTER_MAX_EPOCH
+end
+
+local function filter_region(fb, e0, e)
+  return fb * (2 ^ e - 2 ^ (e0 + FILTER_SKIP)), fb * 2 ^ e
+end
+
+-- The bit offset of block x of a region.
+local function block(x, first, size)
+  return 32 * (first + math.fmod(x, size))
+end
+
 -- "<g>:<words>" (a slot's w) to its table's name and size.
 local function mask_of(base, w)
   local g, words = string.match(w, '^(%d+):(%d+)$')
@@ -84,17 +126,19 @@ end
 
 -- The slots of [now - back, now] that hold entries, newest first, each as its list of epochs; read
 -- (one HMGET per slot) at the first lookup of a call and kept for the rest of it. The epochs of a
--- slot whose mask bit may be used carry its table (mask) and bit (bit).
+-- slot whose mask bit may be used carry its table (mask) and bit (bit); those whose filter may be
+-- used carry the slot's filter (filter: key, fb, e0, the slot's mask and bit, its filtered epochs)
+-- and a map fingerprint -> whether both its bits are set (hits).
 local windows = {}
 local function live_window(base, now, back)
   local w = windows[base]
   if w and w.now == now and w.back == back then return w end
-  local epochs, tables = {}, {}
+  local epochs, tables, filters = {}, {}, {}
   for s = now, now - back, -1 do
-    local v = redis.call('HMGET', base .. ':' .. s .. ':m', 'e0', 'l', 'n', 'w', 'fn')
+    local v = redis.call('HMGET', base .. ':' .. s .. ':m', 'e0', 'l', 'n', 'w', 'fn', 'fb', 'gn')
     if v[1] then
       local pre = base .. ':' .. s .. ':'
-      local t
+      local t, bitv, f
       if v[4] and v[5] == v[3] and now - s < 32 then
         t = tables[v[4]]
         if not t then
@@ -103,15 +147,25 @@ local function live_window(base, now, back)
           tables[v[4]] = t
           tables[#tables + 1] = t
         end
+        bitv = 2 ^ math.fmod(s, 32)
+      end
+      if v[6] and v[7] == v[3] then
+        f = { key = pre .. 'f', fb = tonumber(v[6]), e0 = tonumber(v[1]), mask = t, bit = bitv, eps = {} }
+        filters[#filters + 1] = f
       end
       for e = tonumber(v[1]), tonumber(v[2]) do
         local ep = new_epoch(pre, e)
-        if t then ep.mask, ep.bit = t, 2 ^ math.fmod(s, 32) end
+        if t then ep.mask, ep.bit = t, bitv end
+        if f and filtered(f.e0, e) then
+          ep.filter, ep.hits = f, {}
+          ep.ffirst, ep.fsize = filter_region(f.fb, f.e0, e)
+          f.eps[#f.eps + 1] = ep
+        end
         epochs[#epochs + 1] = ep
       end
     end
   end
-  w = { now = now, back = back, epochs = epochs, tables = tables }
+  w = { now = now, back = back, epochs = epochs, tables = tables, filters = filters }
   windows[base] = w
   return w
 end
@@ -150,6 +204,45 @@ local function probe(base, now, back, fps)
       end
     end
   end
+  -- Then each slot's epoch filter, for the fingerprints its mask bit (if it has one) lets through:
+  -- one BITFIELD_RO per slot, one block per fingerprint and epoch (the others are no hit).
+  for _, f in ipairs(w.filters) do
+    local first, todo = f.eps[1], {}
+    if first then
+      for i = 1, #fps do
+        local fp = fps[i]
+        if first.hits[fp] == nil then
+          if f.mask and bit.band(f.mask.masks[fp], f.bit) == 0 then
+            for _, ep in ipairs(f.eps) do ep.hits[fp] = false end
+          else
+            first.hits[fp] = false
+            todo[#todo + 1] = fp
+          end
+        end
+      end
+    end
+    local per_call = math.max(1, math.floor(1000 / #f.eps))
+    for from = 1, #todo, per_call do
+      local to = math.min(#todo, from + per_call - 1)
+      local args, need, j = { f.key }, {}, 1
+      for i = from, to do
+        local _, _, v, x = filter_bits(todo[i])
+        need[i] = v
+        for _, ep in ipairs(f.eps) do
+          args[j + 1], args[j + 2], args[j + 3] = 'GET', 'u32', tostring(block(x, ep.ffirst, ep.fsize))
+          j = j + 3
+        end
+      end
+      local r, k = redis.call('BITFIELD_RO', unpack(args)), 1
+      for i = from, to do
+        local v = need[i]
+        for _, ep in ipairs(f.eps) do
+          ep.hits[todo[i]] = bit.band(r[k], v) == v
+          k = k + 1
+        end
+      end
+    end
+  end
 end
 
 -- The entry of `width` bytes that starts with `fp`, in any bucket of the slots [now - back, now],
@@ -161,10 +254,10 @@ local function find_entry(base, now, back, fp, h, width)
   for i = 1, #epochs do
     local ep = epochs[i]
     local t = ep.mask
-    if t and not t.masks[fp] then
+    if (t and not t.masks[fp]) or (ep.filter and ep.hits[fp] == nil) then
       probe(base, now, back, { fp })
     end
-    if not t or bit.band(t.masks[fp], ep.bit) ~= 0 then
+    if (not t or bit.band(t.masks[fp], ep.bit) ~= 0) and (not ep.filter or ep.hits[fp]) then
       local v = bucket(bucket_name(ep, h))
       local p = v and entry_at(v, fp, width)
       if p then return string.sub(v, p, p + width - 1) end
@@ -189,9 +282,10 @@ end
 -- (compact_step). What is appended is not visible to seen() in the same call: a script that must
 -- see its own earlier entries keeps them itself (body-claim-1).
 -- `fbits` (mask words per entry, nil = no masks) puts a slot this call creates in the current
--- window mask (or a new one, see above); in a slot whose mask bit is in use (fn == n) every entry
--- sets it; in any other slot, or from a caller without `fbits`, only n grows, so that slot's mask
--- bit is never used again.
+-- window mask (or a new one, see above) and gives it an epoch filter; in a slot whose mask bit is
+-- in use (fn == n) every entry sets it, in one whose filter is in use (gn == n) every entry sets its
+-- two filter bits; in any other slot, or from a caller without `fbits`, only n grows, so that
+-- slot's mask bit and filter are never used again.
 local slots, buckets, order = {}, {}, {}
 local mask_tables = {}
 
@@ -236,6 +330,11 @@ local function compact_step(base, slot)
   local c, total = tonumber(v[3] or '0'), 0
   for e = e0, l do total = total + 2 ^ e end
   if c >= total then return end
+  -- The epoch filter too (BITFIELD grows a string as APPEND does), with the first step.
+  if c == 0 then
+    local f = redis.call('GET', base .. ':' .. slot .. ':f')
+    if f then redis.call('SET', base .. ':' .. slot .. ':f', f, 'KEEPTTL') end
+  end
   local from, budget, first = 0, COMPACT_STEP, c
   for e = e0, l do
     local size = 2 ^ e
@@ -264,9 +363,12 @@ local function append_buffered(base, slot, entry, h, per, fbits)
   if not m then
     compact_step(base, slot - 1)
     local meta = base .. ':' .. slot .. ':m'
-    local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'w', 'fn')
+    local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'w', 'fn', 'fb', 'gn')
     local e0 = tonumber(v[1])
     m = { key = meta, new = not e0, added = 0, n = tonumber(v[3] or '0'), epochs = {} }
+    if fbits and (not e0 or (v[6] and v[7] == v[3])) then
+      m.fb, m.fset = tonumber(v[6]) or math.max(1, math.floor(FILTER_BITS * per / 32)), {}
+    end
     if not e0 then
       local prev = tonumber(redis.call('HGET', base .. ':' .. (slot - 1) .. ':m', 'n') or '0')
       e0 = 0
@@ -307,6 +409,12 @@ local function append_buffered(base, slot, entry, h, per, fbits)
     t.set[#t.set + 1] = 32 * math.fmod(x, t.words) + m.bitoff
     t.set[#t.set + 1] = 32 * math.fmod(y, t.words) + m.bitoff
   end
+  if m.fb and filtered(m.e0, e) then
+    local b1, b2, _, x = filter_bits(entry)
+    local off = block(x, filter_region(m.fb, m.e0, e))
+    m.fset[#m.fset + 1] = off + b1
+    m.fset[#m.fset + 1] = off + b2
+  end
   local k = bucket_name(ep, h)
   local b = buckets[k]
   if not b then
@@ -315,6 +423,19 @@ local function append_buffered(base, slot, entry, h, per, fbits)
     order[#order + 1] = k
   end
   b[#b + 1] = entry
+end
+
+-- BITFIELD `key` SET u1 <offset> 1 for every offset of `list`, 1,000 at a time. (Offsets go as
+-- strings: redis.call converts a Lua number argument at ~twice the cost of tostring here.)
+local function set_bits(key, list)
+  for from = 1, #list, 1000 do
+    local args, j = { key }, 1
+    for i = from, math.min(#list, from + 999) do
+      args[j + 1], args[j + 2], args[j + 3], args[j + 4] = 'SET', 'u1', tostring(list[i]), '1'
+      j = j + 4
+    end
+    redis.call('BITFIELD', unpack(args))
+  end
 end
 
 local function flush_appends(ttl)
@@ -340,29 +461,36 @@ local function flush_appends(ttl)
         redis.call('BITOP', 'AND', x.key, x.key, tmp)
         redis.call('DEL', tmp)
       end
-      for from = 1, #x.set, 1000 do
-        local args, j = { x.key }, 1
-        for i = from, math.min(#x.set, from + 999) do
-          args[j + 1], args[j + 2], args[j + 3], args[j + 4] = 'SET', 'u1', x.set[i], 1
-          j = j + 4
-        end
-        redis.call('BITFIELD', unpack(args))
-      end
+      set_bits(x.key, x.set)
       redis.call('PEXPIRE', x.key, ttl)
       redis.call('PEXPIRE', x.ptr, ttl)
-    elseif x.w then
-      -- A slot whose mask bit is in use: n and fn move together (the script is atomic, so setting
-      -- them is the increment).
-      local n = x.n + x.added
-      if x.new then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l, 'n', n, 'w', x.w, 'fn', n)
-      elseif x.l > x.l0 then redis.call('HSET', x.key, 'l', x.l, 'n', n, 'fn', n)
-      else redis.call('HSET', x.key, 'n', n, 'fn', n) end
-      redis.call('PEXPIRE', x.key, ttl)
     else
-      if x.new then redis.call('HSET', x.key, 'e0', x.e0, 'l', x.l)
-      elseif x.l > x.l0 then redis.call('HSET', x.key, 'l', x.l) end
-      redis.call('HINCRBY', x.key, 'n', x.added)
+      -- A slot: n, and the counts of entries that went through its mask (fn) and its filter (gn)
+      -- where they are in use, move together (the script is atomic, so setting them is the
+      -- increment).
+      local n = x.n + x.added
+      local f = { 'n', n }
+      local function field(k, v)
+        f[#f + 1] = k
+        f[#f + 1] = v
+      end
+      if x.new then
+        field('e0', x.e0)
+        field('l', x.l)
+        if x.w then field('w', x.w) end
+        if x.fb then field('fb', x.fb) end
+      elseif x.l > x.l0 then
+        field('l', x.l)
+      end
+      if x.w then field('fn', n) end
+      if x.fb then field('gn', n) end
+      redis.call('HSET', x.key, unpack(f))
       redis.call('PEXPIRE', x.key, ttl)
+      if x.fb and #x.fset > 0 then
+        local fk = x.pre .. 'f'
+        set_bits(fk, x.fset)
+        redis.call('PEXPIRE', fk, ttl)
+      end
     end
   end
 end
