@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testEnv } from '../../../test/helpers/env.ts';
 import { GROWING_CALLS } from '../../../test/helpers/fingerprint-calls.ts';
+import { startPrivateRedis } from '../../../test/helpers/redis-server.ts';
 import { withCommands } from '../src/commands/index.ts';
 import { fingerprint } from '../src/records/fingerprints.ts';
 
@@ -231,6 +232,56 @@ describe('dedup window masks', () => {
     const flat = [...all.get(101)!, ...all.get(102)!];
     expect(await reserve(withM, 102, flat)).toEqual(await reserve(without, 102, flat));
     expect(await reserve(withM, 102, flat)).toEqual(Array(flat.length).fill('d'));
+  });
+});
+
+describe("a window's slot metas, read by halving", () => {
+  it('finds every id of a sparse window (slots here and there, the live one empty or not), and no other', async () => {
+    for (const present of [
+      [0, 1, 5, 6, 13, 24],
+      [3, 4, 23],
+      [24],
+      [0],
+      [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24],
+    ]) {
+      const b = base();
+      const all: string[] = [];
+      for (const back of present) {
+        const list = ids(`s${back}`, 5);
+        all.push(...list);
+        await promote(b, S - back, list, WORDS);
+      }
+      expect(await reserve(b, S, all, 24), String(present)).toEqual(Array(all.length).fill('d'));
+      expect(await reserve(b, S, ids('other', 10), 24)).toEqual(Array(10).fill(0));
+      // A window one slot shorter does not reach the oldest.
+      if (present.includes(24)) {
+        const old = all.slice(all.length - 5);
+        await redis.del(...old.map((id) => `${b}:p:${fingerprint(id).dedup}`));
+        expect(await reserve(b, S, old, 23)).toEqual(Array(5).fill(0));
+      }
+    }
+  });
+
+  it("a young tenant's reserve reads its live slot's meta, not the 24 empty ones before it", async () => {
+    // A private Redis: its command counts are this test's alone.
+    const own = await startPrivateRedis();
+    const c = new Redis(own.url);
+    try {
+      const rc = withCommands(c as never);
+      const b = base();
+      await rc.dedupPromote(b, TTL, S, 0, PER, 0, WORDS, ...args(ids('in', 20)));
+      const calls = async (cmd: string) =>
+        Number(
+          new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(String(await c.info('commandstats')))?.[1] ?? 0,
+        );
+      const [h0, e0] = [await calls('hmget'), await calls('exists')];
+      expect(await rc.dedupReserve(b, 'p:test', 30_000, S, 24, ...args(ids('new', 1)))).toEqual([0]);
+      expect((await calls('hmget')) - h0).toBe(1);
+      expect((await calls('exists')) - e0).toBe(1);
+    } finally {
+      c.disconnect();
+      await own.destroy();
+    }
   });
 });
 
