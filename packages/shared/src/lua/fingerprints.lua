@@ -101,12 +101,12 @@ local function filter_place(fp)
   return x, math.fmod(y, 32), math.fmod(math.floor(y / 32), 32)
 end
 
--- Whether epoch e of a slot starting at e0 has a filter region, and the region's first block and
--- size in blocks.
+-- Whether epoch e of a slot starting at e0 has a filter region.
 local function filtered(e0, e)
   return e >= e0 + FILTER_SKIP and e <= FILTER_MAX_EPOCH
 end
 
+-- The first block of epoch e's region and its size in blocks.
 local function filter_region(fb, e0, e)
   return fb * (2 ^ e - 2 ^ (e0 + FILTER_SKIP)), fb * 2 ^ e
 end
@@ -230,20 +230,19 @@ local function probe(base, now, back, fps)
   -- one BITFIELD_RO per slot, one block per fingerprint and epoch (the others are no hit).
   for _, f in ipairs(w.filters) do
     local first, todo = f.eps[1], {}
-    if first then
-      for i = 1, #fps do
-        local fp = fps[i]
-        if first.hits[fp] == nil then
-          if f.mask and bit.band(f.mask.masks[fp], f.bit) == 0 then
-            for _, ep in ipairs(f.eps) do ep.hits[fp] = false end
-          else
-            first.hits[fp] = false
-            todo[#todo + 1] = fp
-          end
+    for i = 1, first and #fps or 0 do
+      local fp = fps[i]
+      if first.hits[fp] == nil then
+        if f.mask and bit.band(f.mask.masks[fp], f.bit) == 0 then
+          for _, ep in ipairs(f.eps) do ep.hits[fp] = false end
+        else
+          first.hits[fp] = false -- asked below (and not twice for a repeated fingerprint)
+          todo[#todo + 1] = fp
         end
       end
     end
-    local per_call = math.max(1, math.floor(1000 / #f.eps))
+    -- At most 1,000 blocks (3,000 arguments) per command, as above.
+    local per_call = math.max(1, math.floor(1000 / math.max(1, #f.eps)))
     for from = 1, #todo, per_call do
       local to = math.min(#todo, from + per_call - 1)
       local args, need, j = { f.key }, {}, 1
@@ -386,7 +385,7 @@ local function append_buffered(base, slot, entry, h, per, fbits)
   if not m then
     compact_step(base, slot - 1)
     local meta = base .. ':' .. slot .. ':m'
-    local v = redis.call('HMGET', meta, 'e0', 'l', 'n', 'w', 'fn', 'fb', 'gn')
+    local v = redis.call('HMGET', meta, unpack(META_FIELDS))
     local e0 = tonumber(v[1])
     m = { key = meta, new = not e0, added = 0, n = tonumber(v[3] or '0'), epochs = {} }
     if fbits and (not e0 or (v[6] and v[7] == v[3])) then
