@@ -1,8 +1,5 @@
-import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { testEnv } from '../../../test/helpers/env.ts';
-import { withCommands } from '../src/commands/index.ts';
+import { dedupFixture, PER, TTL, WORDS } from '../../../test/helpers/dedup-fixture.ts';
 import { fingerprint } from '../src/records/fingerprints.ts';
 
 /**
@@ -13,14 +10,10 @@ import { fingerprint } from '../src/records/fingerprints.ts';
  * only ever save a bucket read: an id a writer without filters appended, or a false positive, is
  * still answered by the buckets.
  */
-const redis = new Redis(testEnv().SPILLWAY_REDIS_URL!);
-const r = withCommands(redis as never);
-afterAll(() => redis.disconnect());
+const { redis, base, ids, promote, meta, close, ...f } = dedupFixture('ef');
+afterAll(close);
+const reserve = (b: string, slot: number, list: string[], back = 0) => f.reserve(b, slot, list, back);
 
-const TTL = 120_000;
-/** Small buckets, so that a few hundred ids span several epochs. */
-const PER = 4;
-const WORDS = 8;
 /**
  * fingerprints.lua's FILTER_BITS (filter bits per entry of a full epoch) and FILTER_SKIP (a slot's
  * first epochs, which have none).
@@ -28,25 +21,6 @@ const WORDS = 8;
 const FILTER_BITS = 8;
 const FILTER_SKIP = 2;
 const S = 5000;
-
-const base = () => `{ef-${randomBytes(4).toString('hex')}}:dd`;
-const ids = (label: string, n: number) =>
-  Array.from({ length: n }, (_, i) => `${label}-${randomBytes(4).toString('hex')}-${i}`);
-const args = (list: string[]) =>
-  list.flatMap((id) => {
-    const fp = fingerprint(id);
-    return [fp.dedup, fp.bucket];
-  });
-
-/** The intake's promote (no check) into `slot`; then the "done" markers go, as a minute later. */
-async function promote(b: string, slot: number, list: string[], words: number): Promise<number> {
-  const added = await r.dedupPromote(b, TTL, slot, 0, PER, 0, words, ...args(list));
-  await redis.del(...list.map((id) => `${b}:p:${fingerprint(id).dedup}`));
-  return added;
-}
-const reserve = (b: string, slot: number, list: string[], back = 0) =>
-  r.dedupReserve(b, 'p:test', 30_000, slot, back, ...args(list));
-const meta = (b: string, slot: number) => redis.hgetall(`${b}:${slot}:m`);
 
 /** The two filter bits of `id` in epoch `e` of a slot whose meta is `m` (the layout of storage.md). */
 function filterBits(m: Record<string, string>, id: string, e: number): [number, number] {

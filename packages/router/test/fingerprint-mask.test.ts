@@ -1,7 +1,6 @@
-import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { testEnv } from '../../../test/helpers/env.ts';
+import { dedupFixture, PER, TTL, WORDS } from '../../../test/helpers/dedup-fixture.ts';
 import { GROWING_CALLS } from '../../../test/helpers/fingerprint-calls.ts';
 import { startPrivateRedis } from '../../../test/helpers/redis-server.ts';
 import { withCommands } from '../src/commands/index.ts';
@@ -14,41 +13,10 @@ import { fingerprint } from '../src/records/fingerprints.ts';
  * written without masks, or by a writer without them after the mask existed, or whose slot's bit a
  * slot 32 later took over, is still found, and a false positive is never a duplicate.
  */
-const redis = new Redis(testEnv().SPILLWAY_REDIS_URL!);
-const r = withCommands(redis as never);
-afterAll(() => redis.disconnect());
-
-const TTL = 120_000;
-/** Small buckets, so that a few hundred ids span several epochs. */
-const PER = 4;
-const WORDS = 8;
+const { redis, r, args, base, ids, promote, meta, close, ...f } = dedupFixture('ff');
+afterAll(close);
+const reserve = (b: string, slot: number, list: string[], back = 1) => f.reserve(b, slot, list, back);
 const S = 1000;
-
-const base = () => `{ff-${randomBytes(4).toString('hex')}}:dd`;
-const ids = (label: string, n: number) =>
-  Array.from({ length: n }, (_, i) => `${label}-${randomBytes(4).toString('hex')}-${i}`);
-const args = (list: string[]) =>
-  list.flatMap((id) => {
-    const fp = fingerprint(id);
-    return [fp.dedup, fp.bucket];
-  });
-
-/**
- * The intake's promote (no check) into `slot`, with `words` mask words (0: a writer without
- * masks). Then the ids' "done" markers are dropped, as a minute later: only the buckets answer.
- */
-async function promote(b: string, slot: number, list: string[], words: number, check = 0): Promise<number> {
-  const added = await r.dedupPromote(b, TTL, slot, 0, PER, check, words, ...args(list));
-  await redis.del(...list.map((id) => `${b}:p:${fingerprint(id).dedup}`));
-  return added;
-}
-/** The intake's reserve at `slot` over it and the `back` slots before. */
-const reserve = (b: string, slot: number, list: string[], back = 1) =>
-  r.dedupReserve(b, 'p:test', 30_000, slot, back, ...args(list));
-
-async function meta(b: string, slot: number): Promise<Record<string, string>> {
-  return redis.hgetall(`${b}:${slot}:m`);
-}
 
 /** The table and the two bit offsets of `id` for `slot` (its meta's `w`). */
 async function maskBits(
