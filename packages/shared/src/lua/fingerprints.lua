@@ -94,26 +94,29 @@ end
 -- 32 * fb * 2^19 bits, 128 MiB at fb 64: far below Redis's 512 MiB strings).
 local FILTER_BITS, FILTER_SKIP, FILTER_MAX_EPOCH = 8, 2, 18
 
--- Fingerprint `fp`'s place in a slot's filter: x (its block in an epoch's region is x mod the
--- region's size) and its two bits in that block, as offsets from the block's first bit.
-local function filter_place(fp)
-  local x, y = halves(fp)
-  return x, math.fmod(y, 32), math.fmod(math.floor(y / 32), 32)
+-- A fingerprint's two bits in its filter block, as offsets from the block's first bit, from y, the
+-- second of its halves (its block in an epoch's region comes from x, the first: see block()).
+local function filter_bits(y)
+  return math.fmod(y, 32), math.fmod(math.floor(y / 32), 32)
 end
 
--- Whether epoch e of a slot starting at e0 has a filter region.
-local function filtered(e0, e)
-  return e >= e0 + FILTER_SKIP and e <= FILTER_MAX_EPOCH
-end
-
--- The first block of epoch e's region and its size in blocks.
+-- The first block of epoch e's region in the filter of a slot starting at e0, and its size in
+-- blocks; nil for an epoch without one.
 local function filter_region(fb, e0, e)
+  if e < e0 + FILTER_SKIP or e > FILTER_MAX_EPOCH then return nil end
   return fb * (2 ^ e - 2 ^ (e0 + FILTER_SKIP)), fb * 2 ^ e
 end
 
 -- The bit offset of block x of the region that starts at block `first` and has `size` blocks.
 local function block(x, first, size)
   return 32 * (first + math.fmod(x, size))
+end
+
+-- Whether a slot's mask bit and its filter may be used, from its meta (HMGET of META_FIELDS): only
+-- while every entry of the slot went through them (fn == n, gn == n).
+local META_FIELDS = { 'e0', 'l', 'n', 'w', 'fn', 'fb', 'gn' }
+local function in_use(v)
+  return v[4] and v[5] == v[3], v[6] and v[7] == v[3]
 end
 
 -- "<g>:<words>" (a slot's w) to its table's name and size.
@@ -124,15 +127,14 @@ end
 
 -- The slots of [now - back, now] that hold entries, newest first, each as its list of epochs; read
 -- at the first lookup of a call and kept for the rest of it. The epochs of a slot whose mask bit
--- may be used carry its table (mask) and bit (bit); those whose filter may be used carry the slot's
--- filter (filter: key, fb, e0, the slot's mask and bit, its filtered epochs) and a map fingerprint
--- -> whether both its bits are set (hits).
+-- may be used carry its table (mask) and bit (bit); those whose filter may be used carry their
+-- region of it (ffirst, fsize) and a map fingerprint -> whether both its bits are set (hits); the
+-- slot's filter record (key, the slot's mask and bit, its filtered epochs) is in `filters`.
 -- The metas are read by halving: one EXISTS over a run of slots, then an HMGET per slot if every
 -- one of them is there, nothing if none is, and each half in turn otherwise. A young or quiet
 -- tenant's window is mostly empty: its lookup pays a few EXISTS instead of 25 HMGETs (~3 us each
 -- here, ~75 us of a one-id reserve); a full window pays one EXISTS more than before.
 local windows = {}
-local META_FIELDS = { 'e0', 'l', 'n', 'w', 'fn', 'fb', 'gn' }
 local function live_window(base, now, back)
   local w = windows[base]
   if w and w.now == now and w.back == back then return w end
@@ -144,8 +146,9 @@ local function live_window(base, now, back)
     local v = redis.call('HMGET', meta(s), unpack(META_FIELDS))
     if not v[1] then return end
     local pre = base .. ':' .. s .. ':'
+    local mask_ok, filter_ok = in_use(v)
     local t, bitv, f
-    if v[4] and v[5] == v[3] and now - s < 32 then
+    if mask_ok and now - s < 32 then
       t = tables[v[4]]
       if not t then
         local key, words = mask_of(base, v[4])
@@ -155,16 +158,17 @@ local function live_window(base, now, back)
       end
       bitv = 2 ^ math.fmod(s, 32)
     end
-    if v[6] and v[7] == v[3] then
-      f = { key = pre .. 'f', fb = tonumber(v[6]), e0 = tonumber(v[1]), mask = t, bit = bitv, eps = {} }
+    if filter_ok then
+      f = { key = pre .. 'f', mask = t, bit = bitv, eps = {} }
       filters[#filters + 1] = f
     end
-    for e = tonumber(v[1]), tonumber(v[2]) do
+    local e0 = tonumber(v[1])
+    for e = e0, tonumber(v[2]) do
       local ep = new_epoch(pre, e)
       if t then ep.mask, ep.bit = t, bitv end
-      if f and filtered(f.e0, e) then
-        ep.filter, ep.hits = f, {}
-        ep.ffirst, ep.fsize = filter_region(f.fb, f.e0, e)
+      if f then ep.ffirst, ep.fsize = filter_region(tonumber(v[6]), e0, e) end
+      if ep.ffirst then
+        ep.hits = {}
         f.eps[#f.eps + 1] = ep
       end
       epochs[#epochs + 1] = ep
@@ -247,7 +251,8 @@ local function probe(base, now, back, fps)
       local to = math.min(#todo, from + per_call - 1)
       local args, need, j = { f.key }, {}, 1
       for i = from, to do
-        local x, b1, b2 = filter_place(todo[i])
+        local x, y = halves(todo[i])
+        local b1, b2 = filter_bits(y)
         -- The block's value with just those two bits set (the bit library's signed 32 bits).
         need[i] = bit.bor(bit.lshift(1, 31 - b1), bit.lshift(1, 31 - b2))
         for _, ep in ipairs(f.eps) do
@@ -276,10 +281,10 @@ local function find_entry(base, now, back, fp, h, width)
   for i = 1, #epochs do
     local ep = epochs[i]
     local t = ep.mask
-    if (t and not t.masks[fp]) or (ep.filter and ep.hits[fp] == nil) then
+    if (t and not t.masks[fp]) or (ep.hits and ep.hits[fp] == nil) then
       probe(base, now, back, { fp })
     end
-    if (not t or bit.band(t.masks[fp], ep.bit) ~= 0) and (not ep.filter or ep.hits[fp]) then
+    if (not t or bit.band(t.masks[fp], ep.bit) ~= 0) and (not ep.hits or ep.hits[fp]) then
       local v = bucket(bucket_name(ep, h))
       local p = v and entry_at(v, fp, width)
       if p then return string.sub(v, p, p + width - 1) end
@@ -387,8 +392,9 @@ local function append_buffered(base, slot, entry, h, per, fbits)
     local meta = base .. ':' .. slot .. ':m'
     local v = redis.call('HMGET', meta, unpack(META_FIELDS))
     local e0 = tonumber(v[1])
+    local mask_ok, filter_ok = in_use(v)
     m = { key = meta, new = not e0, added = 0, n = tonumber(v[3] or '0'), epochs = {} }
-    if fbits and (not e0 or (v[6] and v[7] == v[3])) then
+    if fbits and (not e0 or filter_ok) then
       m.fb, m.fset = tonumber(v[6]) or math.max(1, math.floor(FILTER_BITS * per / 32)), {}
     end
     if not e0 then
@@ -403,7 +409,7 @@ local function append_buffered(base, slot, entry, h, per, fbits)
         -- The slot's bit, cleared in every word first unless the table is new.
         if not m.mask.fresh then m.mask.clears[#m.mask.clears + 1] = math.fmod(slot, 32) end
       end
-    elseif fbits and v[4] and v[5] == v[3] then
+    elseif fbits and mask_ok then
       local key, words = mask_of(base, v[4])
       m.mask, m.w = { key = key, ptr = base .. ':w', words = words, set = {} }, v[4]
       order[#order + 1] = m.mask
@@ -424,16 +430,18 @@ local function append_buffered(base, slot, entry, h, per, fbits)
   local ep = m.epochs[e]
   if not ep then
     ep = new_epoch(m.pre, e)
-    if m.fb and filtered(m.e0, e) then ep.ffirst, ep.fsize = filter_region(m.fb, m.e0, e) end
+    if m.fb then ep.ffirst, ep.fsize = filter_region(m.fb, m.e0, e) end
     m.epochs[e] = ep
   end
+  local x, y
+  if m.mask or ep.ffirst then x, y = halves(entry) end
   if m.mask then
-    local t, x, y = m.mask, halves(entry)
+    local t = m.mask
     t.set[#t.set + 1] = 32 * math.fmod(x, t.words) + m.bitoff
     t.set[#t.set + 1] = 32 * math.fmod(y, t.words) + m.bitoff
   end
   if ep.ffirst then
-    local x, b1, b2 = filter_place(entry)
+    local b1, b2 = filter_bits(y)
     local off, fset = block(x, ep.ffirst, ep.fsize), m.fset
     fset[#fset + 1] = off + b1
     fset[#fset + 1] = off + b2
