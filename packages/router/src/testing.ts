@@ -4,6 +4,7 @@
  */
 export { SnapshotHub } from './admin/console/hub.ts';
 export { utcDay } from './admin/quota.ts';
+export { withCommands } from './commands/index.ts';
 export { KafkaRangeReader } from './history/kafka-range.ts';
 export { HistoryReader } from './history/reader.ts';
 export { ensureHistoryTopics, historyTopics } from './history/topics.ts';

@@ -1,3 +1,4 @@
+import { withCommands } from '@spillway/router/testing';
 import { createRedis, type Source } from '@spillway/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEndpoint, makeTenant, routerRuntime } from '../../../test/helpers/router-fixtures.ts';
@@ -127,28 +128,43 @@ describe('ConfigStore.readTenantConfig (the fan-out read, once per job)', () => 
     expect(await store.readTenantConfig('nobody')).toEqual({ tenant: undefined, endpoints: [] });
   });
 
-  it("reads several tenants in one pipeline with each tenant's extra commands, results per tenant", async () => {
+  it('reads several tenants in one pipeline; every write of a tenant or its endpoints gives it a new config revision, read with them', async () => {
     const rt = await runtime();
     const store = await storeOn(rt);
     await makeTenant(store, {}, 't2');
     await makeEndpoint(store, 't1', 'http://127.0.0.1:9/a', { id: 'a' });
     await makeEndpoint(store, 't2', 'http://127.0.0.1:9/b', { id: 'b' });
-    await rt.redis.set(rt.keys.tenant('t2') + ':x', 'two');
-    const calls: string[] = [];
-    const read = await store.readTenantConfigs(['t1', 't2', 'nobody'], (pipe, tid) => {
-      calls.push(tid);
-      pipe.get(`${rt.keys.tenant(tid)}:x`);
-      if (tid === 't1') pipe.hincrby(rt.keys.tenant(tid), 'f', 1); // a string key: WRONGTYPE
-    });
-    expect(calls).toEqual(['t1', 't2', 'nobody']);
-    expect(read.configs.get('t1')!.endpoints.map((e) => e.id)).toEqual(['a']);
-    expect(read.configs.get('t2')!.endpoints.map((e) => e.id)).toEqual(['b']);
-    expect(read.configs.get('nobody')).toEqual({ tenant: undefined, endpoints: [] });
-    // The extra commands' results, errors included, are the caller's; the config still reads.
-    expect(read.also.get('t2')).toEqual([[null, 'two']]);
-    expect(read.also.get('t1')![0]).toEqual([null, null]);
-    expect(read.also.get('t1')![1]![0]).toBeInstanceOf(Error);
-    expect(read.also.get('nobody')).toEqual([[null, null]]);
+    const read = await store.readTenantConfigs(['t1', 't2', 'nobody']);
+    expect(read.get('t1')!.endpoints.map((e) => e.id)).toEqual(['a']);
+    expect(read.get('t2')!.endpoints.map((e) => e.id)).toEqual(['b']);
+    expect(read.get('nobody')).toEqual({ tenant: undefined, endpoints: [] });
+    // The revision read is the one stored, and each tenant has its own.
+    const rev = async (tid: string) => (await store.readTenantConfig(tid)).rev;
+    const r1 = await rev('t1');
+    expect(r1).toMatch(/^[\w-]{12}$/);
+    expect(r1).toBe(await rt.redis.get(rt.keys.configRev('t1')));
+    expect(await rev('t2')).not.toBe(r1);
+    // Every write that changes what fan-out reads makes a new one.
+    const seen = new Set([r1]);
+    const next = async (write: () => Promise<unknown>) => {
+      await write();
+      const r = await rev('t1');
+      expect(r).toBeDefined();
+      expect(seen.has(r)).toBe(false);
+      seen.add(r);
+    };
+    await next(() => store.updateTenant('t1', (t) => ({ ...t, status: 'paused' })));
+    await next(() => makeEndpoint(store, 't1', 'http://127.0.0.1:9/c', { id: 'c' }));
+    await next(() => store.updateEndpoint('t1', 'c', (e) => ({ ...e, status: 'paused' })));
+    await next(() => store.deleteEndpoint('t1', 'c'));
+    // A deleted tenant takes its revision with it, and a write that raced the deletion leaves none.
+    await store.deleteTenant('t1');
+    expect(await rt.redis.exists(rt.keys.configRev('t1'))).toBe(0);
+    expect(
+      await withCommands(rt.redis).configRev(rt.keys.tenant('t1'), rt.keys.configRev('t1'), 'late'),
+    ).toBe(0);
+    expect(await rt.redis.exists(rt.keys.configRev('t1'))).toBe(0);
+    expect(await rev('t1')).toBeUndefined();
   });
 });
 

@@ -36,6 +36,13 @@ export interface Keys {
 
   tenant(tenantId: string): string;
   endpoints(tenantId: string): string;
+  /**
+   * STRING: the revision of a tenant's fan-out config (the tenant and its endpoints), a random token
+   * set after every write of either. The intake reads it with the dedup reserve and stamps it on the
+   * job; a worker whose view carries the same token fans out on that view without reading the
+   * config again (docs/architecture.md, "Config revisions"). Owner: the tenant (deleted with it).
+   */
+  configRev(tenantId: string): string;
   /** LIST of DlqItem JSON, oldest first; capped (SPILLWAY_DLQ_CAP) and aged (SPILLWAY_DLQ_TTL) by archiving to Kafka. */
   dlq(tenantId: string): string;
   /** Lock of the one process archiving a tenant's DLQ overflow at a time. */
@@ -127,6 +134,7 @@ export function createKeys(prefix: string): Keys {
     spillActivity: `${prefix}:spill-activity`,
     tenant: (tenantId: string) => `${t(tenantId)}:tenant`,
     endpoints: (tenantId: string) => `${t(tenantId)}:endpoints`,
+    configRev: (tenantId: string) => `${t(tenantId)}:rev`,
     dlq: (tenantId: string) => `${t(tenantId)}:dlq`,
     dlqArchiving: (tenantId: string) => `${t(tenantId)}:dlq:archiving`,
     rate: (tenantId: string, name: string) => `${t(tenantId)}:rate:${name}`,

@@ -6,6 +6,7 @@ import { defineCommands, type RedisClient } from '@spillway/shared';
  * caller of each command.
  */
 const SCRIPTS = [
+  'config-rev-2',
   'config-swap-1',
   'dedup-release-1',
   'dedup-reserve-1',
@@ -24,6 +25,7 @@ const SCRIPTS = [
 ] as const;
 
 export interface RouterCommands {
+  configRev(tenantKey: string, revKey: string, rev: string): Promise<number>;
   configSwap(key: string, field: string, expected: string, next: string): Promise<number>;
   dedupRelease(key: string, marker: string): Promise<number>;
   dedupReserve(base: string, ...args: (string | number)[]): Promise<(string | number)[]>;

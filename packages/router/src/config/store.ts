@@ -15,12 +15,18 @@ import {
   tenantTag,
 } from '@spillway/shared';
 import { type RouterCommands, withCommands } from '../commands/index.ts';
-import { type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
+import { pipelineByTag } from '../records/pipeline.ts';
 
 /** A tenant and its endpoints as stored (readTenantConfig). */
 export interface TenantConfig {
   tenant: Tenant | undefined;
   endpoints: Endpoint[];
+  /**
+   * The tenant's config revision read just before them (keys.configRev): what is here is at least
+   * as new as that revision. Undefined when the tenant has none (gone, or not written since
+   * revisions exist).
+   */
+  rev?: string;
 }
 
 /**
@@ -119,7 +125,6 @@ export class ConfigStore {
   #freshBytes = 0;
 
   constructor(redis: RedisClient, keys: Keys, secrets: SecretBox) {
-    // The router's commands on this client, so `readTenantConfigs`'s `also` may queue them.
     this.#redis = withCommands(redis);
     this.#keys = keys;
     this.#box = secrets;
@@ -139,6 +144,20 @@ export class ConfigStore {
   #openEndpoint = (raw: string): Endpoint => this.#open<Endpoint>(raw, endpointContext);
   #openSource = (raw: string): Source => this.#open<Source>(raw, sourceContext);
 
+  /**
+   * After a write of a tenant or its endpoints, before the caller is answered: a new config revision
+   * (`commands/config-rev-2.lua`), so an event accepted after the answer carries a revision that no
+   * worker's older view has, and its fan-out reads the config (docs/architecture.md, "Config
+   * revisions").
+   */
+  async #revise(tenantId: string): Promise<void> {
+    await this.#redis.configRev(
+      this.#keys.tenant(tenantId),
+      this.#keys.configRev(tenantId),
+      randomBytes(9).toString('base64url'),
+    );
+  }
+
   async #publish(change: Change): Promise<void> {
     await this.#redis.publish(this.#keys.changes, JSON.stringify(change));
   }
@@ -154,6 +173,7 @@ export class ConfigStore {
     const tenant: Tenant = { ...input, gen: newGen() };
     const ok = await this.#redis.set(this.#keys.tenant(tenant.id), JSON.stringify(tenant), 'NX');
     if (ok !== 'OK') throw errors.conflict(`tenant ${tenant.id} already exists`);
+    await this.#revise(tenant.id);
     await this.#redis.sadd(this.#keys.tenants, tenant.id);
     await this.#publish({ kind: 'tenant', tenantId: tenant.id, id: tenant.id });
     return tenant;
@@ -186,6 +206,7 @@ export class ConfigStore {
     // An update never makes another incarnation.
     const next = keepGen(cur, update(cur));
     await this.#redis.set(this.#keys.tenant(tenantId), JSON.stringify(next), 'XX');
+    await this.#revise(tenantId);
     await this.#publish({ kind: 'tenant', tenantId, id: tenantId });
     return next;
   }
@@ -199,6 +220,7 @@ export class ConfigStore {
     await this.#redis.del(
       this.#keys.tenant(tenantId),
       this.#keys.endpoints(tenantId),
+      this.#keys.configRev(tenantId),
       this.#keys.dlq(tenantId),
       this.#keys.tenantCounters(tenantId),
     );
@@ -218,6 +240,7 @@ export class ConfigStore {
       this.#seal(ep, endpointContext(ep)),
     );
     if (ok !== 1) throw errors.conflict(`endpoint ${ep.id} already exists`);
+    await this.#revise(ep.tenantId);
     await this.#publish({ kind: 'endpoint', tenantId: ep.tenantId, id: ep.id });
     return ep;
   }
@@ -246,46 +269,41 @@ export class ConfigStore {
    * it, it starts over).
    */
   async readTenantConfig(tenantId: string): Promise<TenantConfig> {
-    const { configs } = await this.readTenantConfigs([tenantId]);
-    return configs.get(tenantId)!;
+    return (await this.readTenantConfigs([tenantId])).get(tenantId)!;
   }
 
   /**
    * readTenantConfig for several tenants in one round trip (one pipeline per hash tag on a
-   * cluster): the worker's fan-out reads every tenant of a job this way (read-your-writes: an
-   * endpoint created before an event was accepted gets the event). `also` queues more commands of a
-   * tenant on the same pipeline (its keys must carry the tenant's hash tag); their results come back
-   * per tenant, errors included, and are the caller's to judge. A failed config read throws.
+   * cluster): the worker's fan-out reads every tenant of a job this way when its view is older
+   * than the job's config revision (read-your-writes: an endpoint created before an event was
+   * accepted gets the event). The revision is read first, so the config that follows is at least
+   * as new as it. A failed read throws.
    */
-  async readTenantConfigs(
-    tenantIds: readonly string[],
-    also?: (pipe: Pipe, tenantId: string) => void,
-  ): Promise<{ configs: Map<string, TenantConfig>; also: Map<string, PipeResult[]> }> {
+  async readTenantConfigs(tenantIds: readonly string[]): Promise<Map<string, TenantConfig>> {
     const res = await pipelineByTag(
       this.#redis,
       tenantIds,
       (tid) => tenantTag(tid),
       (pipe, tid) => {
-        pipe.get(this.#keys.tenant(tid)).hgetall(this.#keys.endpoints(tid));
-        also?.(pipe, tid);
+        pipe.get(this.#keys.configRev(tid)).get(this.#keys.tenant(tid)).hgetall(this.#keys.endpoints(tid));
       },
     );
     const configs = new Map<string, TenantConfig>();
-    const rest = new Map<string, PipeResult[]>();
     tenantIds.forEach((tid, i) => {
       const r = res[i]!;
-      const [tErr, tRaw] = r[0]!;
-      const [eErr, eRaw] = r[1]!;
+      const [rErr, rev] = r[0]!;
+      const [tErr, tRaw] = r[1]!;
+      const [eErr, eRaw] = r[2]!;
+      if (rErr) throw rErr;
       if (tErr) throw tErr;
       if (eErr) throw eErr;
       const tenant = typeof tRaw === 'string' ? this.#memoized(tRaw, this.#openTenant) : undefined;
       const endpoints = Object.values(eRaw as Record<string, string>)
         .map((raw) => this.#memoized(raw, this.#openEndpoint))
         .sort(byCreation);
-      configs.set(tid, { tenant, endpoints });
-      rest.set(tid, r.slice(2));
+      configs.set(tid, { tenant, endpoints, ...(typeof rev === 'string' ? { rev } : {}) });
     });
-    return { configs, also: rest };
+    return configs;
   }
 
   #memoized<T extends object>(raw: string, open: (raw: string) => T): T {
@@ -314,6 +332,7 @@ export class ConfigStore {
       endpointId,
       this.#seal(next, endpointContext(next)),
     );
+    await this.#revise(tenantId);
     await this.#publish({ kind: 'endpoint', tenantId, id: endpointId });
     return next;
   }
@@ -321,6 +340,7 @@ export class ConfigStore {
   async deleteEndpoint(tenantId: string, endpointId: string): Promise<void> {
     const n = await this.#redis.hdel(this.#keys.endpoints(tenantId), endpointId);
     if (n !== 1) throw errors.notFound(`endpoint ${endpointId} not found`);
+    await this.#revise(tenantId);
     await this.#publish({ kind: 'endpoint', tenantId, id: endpointId });
   }
 

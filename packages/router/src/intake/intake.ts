@@ -27,8 +27,12 @@ import {
 import { firstError, groupByTenant, type Pipe, type PipeResult, pipelineByTag } from '../records/pipeline.ts';
 import { eventToWire, type WireEvent } from '../worker/fanout.ts';
 
-/** Data of one intake job: a group-committed batch of accepted events. */
-export type IntakeJobData = { v: 1; events: WireEvent[] };
+/**
+ * Data of one intake job: a group-committed batch of accepted events, and `c`, each of its tenants'
+ * config revision read with its dedup reserve (keys.configRev; a tenant without one is left out):
+ * the worker fans out on a view at least that new (docs/architecture.md, "Config revisions").
+ */
+export type IntakeJobData = { v: 1; events: WireEvent[]; c?: Record<string, string> };
 
 /** Largest batch one group commit makes durable. */
 const MAX_BATCH = 256;
@@ -187,14 +191,16 @@ export class DurableIntake implements Intake {
       await withTimeout(
         (async () => {
           // One Lua call per tenant (its keys share one slot), all in one pipeline on standalone
-          // Redis, one pipeline per tenant on a Redis Cluster.
+          // Redis, one pipeline per tenant on a Redis Cluster. The tenant's config revision rides
+          // along: read after the reserve, so it is at least as new as any admin write answered
+          // before this event arrived.
           const groups = groupByTenant(batch, (p) => p.event.tenantId);
           const { slot, back } = dedupSlots(this.#windowMs);
           const res = await pipelineByTag(
             this.#redis,
             groups,
             ([tenantId]) => tenantTag(tenantId),
-            (pipe, [tenantId, ps]) =>
+            (pipe, [tenantId, ps]) => {
               (pipe as unknown as PipeCommands).dedupReserve(
                 this.#keys.dedupBase(tenantId),
                 marker,
@@ -202,11 +208,17 @@ export class DurableIntake implements Intake {
                 slot,
                 back,
                 ...ps.flatMap((p) => [p.fp.dedup, p.fp.bucket]),
-              ),
+              );
+              pipe.get(this.#keys.configRev(tenantId));
+            },
           );
           const foreign: Pending[] = [];
+          const revs: Record<string, string> = {};
           let failed: Error | undefined;
-          groups.forEach(([, ps], g) => {
+          groups.forEach(([tenantId, ps], g) => {
+            // Unread (or none yet): the job carries no revision for the tenant, and its worker reads it.
+            const [revErr, rev] = res[g]![1] ?? [null, null];
+            if (!revErr && typeof rev === 'string') revs[tenantId] = rev;
             const [err, olds] = res[g]![0] ?? [new Error('pipeline aborted'), null];
             if (err) {
               failed ??= err;
@@ -245,7 +257,7 @@ export class DurableIntake implements Intake {
             publishCommit(batch.length, 'duplicate', started, []);
             return;
           }
-          const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)) };
+          const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)), c: revs };
           jobKey = this.#queue.toKey((await this.#queue.add('batch', data, JOB_OPTS)).id!);
           if (this.#waitReplicas > 0 && !(await this.#replicated(jobKey))) {
             // The job is on the master only, or the node answering now is not the one that took

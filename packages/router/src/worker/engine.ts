@@ -1,7 +1,6 @@
 import { type BatchPolicy, type Endpoint, type Logger, retryForever, type Tenant } from '@spillway/shared';
 import type { ConfigCache, ConfigStore } from '../config/store.ts';
 import { addGaugeSource } from '../metrics.ts';
-import type { Pipe, PipeResult } from '../records/pipeline.ts';
 import type { SpillProducer } from '../spill/producer.ts';
 import { Credits } from './credits.ts';
 import type { AttemptOutcome, DeliveryPort } from './deliver.ts';
@@ -32,6 +31,11 @@ export interface TenantView {
   tenant: Tenant | undefined;
   endpoints: Map<string, Endpoint>;
   at: number;
+  /**
+   * The config revision read just before this view (keys.configRev), when it was read past the
+   * cache (viewsAt); undefined for a view loaded through the cache, which fan-out never reuses.
+   */
+  rev?: string | undefined;
 }
 
 /** What the drainer gets back when it offers a spilled task: the task is in memory (or settling), or it cannot run now. */
@@ -153,29 +157,35 @@ export class Engine {
   }
 
   /**
-   * Loads each tenant and its endpoints straight from Redis (past the cache), all in one round
-   * trip, and makes them the views. Fan-out uses it: an endpoint created just before an event was
+   * The views fan-out uses for events accepted at the given config revisions (tenant → the
+   * revision its intake read, keys.configRev): an endpoint created just before an event was
    * accepted must get the event, even if this worker has not heard of the endpoint yet (pub/sub
-   * lag, cache TTL). `also` rides the same round trip (ConfigStore.readTenantConfigs); without a
-   * store (tests) the views come through the cache and `also` is not sent.
+   * lag, cache TTL). A view read at that same revision is used as it is; the other tenants are
+   * read straight from Redis (past the cache), all in one round trip, and become the views (with
+   * the revision read before them). Without a store (tests) the views come through the cache.
+   * See docs/architecture.md, "Config revisions".
    */
-  async freshViews(
-    tids: readonly string[],
-    also?: (pipe: Pipe, tid: string) => void,
-  ): Promise<{ views: Map<string, TenantView>; also: Map<string, PipeResult[]> }> {
-    const store = this.#d.store;
+  async viewsAt(revs: ReadonlyMap<string, string | undefined>): Promise<Map<string, TenantView>> {
     const views = new Map<string, TenantView>();
-    if (!store) {
-      for (const tid of tids) views.set(tid, await this.view(tid));
-      return { views, also: new Map() };
+    const read: string[] = [];
+    for (const [tid, rev] of revs) {
+      const v = this.#views.get(tid);
+      if (rev !== undefined && v?.rev === rev) views.set(tid, v);
+      else read.push(tid);
     }
-    const read = await store.readTenantConfigs(tids, also);
-    for (const [tid, c] of read.configs) views.set(tid, this.#setView(tid, c.tenant, c.endpoints));
-    return { views, also: read.also };
+    if (read.length === 0) return views;
+    const store = this.#d.store;
+    if (!store) {
+      for (const tid of read) views.set(tid, await this.view(tid));
+      return views;
+    }
+    for (const [tid, c] of await store.readTenantConfigs(read))
+      views.set(tid, this.#setView(tid, c.tenant, c.endpoints, c.rev));
+    return views;
   }
 
-  #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[]): TenantView {
-    const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now() };
+  #setView(tid: string, tenant: Tenant | undefined, eps: readonly Endpoint[], rev?: string): TenantView {
+    const v: TenantView = { tenant, endpoints: new Map(eps.map((e) => [e.id, e])), at: Date.now(), rev };
     this.#views.set(tid, v);
     return v;
   }

@@ -4,14 +4,14 @@ import { bornAt } from '../config/incarnation.ts';
 import { ConfigCache, ConfigStore } from '../config/store.ts';
 import { ensureHistoryTopics, historyTopics } from '../history/topics.ts';
 import { HistoryWriter } from '../history/writer.ts';
-import { type IntakeJobData, queueDedupPromote, type SeenId } from '../intake/intake.ts';
+import { type IntakeJobData, promoteDedup, type SeenId } from '../intake/intake.ts';
 import { endpointsDisabledTotal, tasksDiscardedTotal } from '../metrics.ts';
 import { Notifier } from '../notify/notifier.ts';
 import { type OrderedFanout, OrderedStore } from '../ordering/store.ts';
 import { TenantCounters } from '../records/counters.ts';
 import { DlqArchiver } from '../records/dlq-archive.ts';
 import { fingerprint } from '../records/fingerprints.ts';
-import { groupByTenant } from '../records/pipeline.ts';
+import { firstError } from '../records/pipeline.ts';
 import { startStatsPublisher } from '../records/stats.ts';
 import { type RetryJobData, RetryScheduler } from '../retry/scheduler.ts';
 import type { RoleContext, RoleHandle } from '../roles/roles.ts';
@@ -184,34 +184,37 @@ export async function createWorker(
     try {
       const tasks: DeliveryTask[] = [];
       const keyed: OrderedFanout[] = [];
-      // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
-      // only if not seen yet). It rides the round trip that reads the job's tenants; best-effort,
-      // it owns nothing (a failure is logged). A job its intake marked promoted (`progress` 1,
-      // `commands/job-promoted-1.lua`) skips it: at one endpoint per event the redo was ~3 µs of
-      // worker and ~3 µs of Redis CPU per delivery (docs/benchmarks/profile.md).
+      // Fan out on the config as of the events' acceptance or newer, never on an older view:
+      // "create an endpoint, then send" always reaches it. The job carries each tenant's config
+      // revision as its intake read it (`c`); a view read at that revision is used as it is, and
+      // only the other tenants are read, in one round trip (docs/architecture.md, "Config
+      // revisions"). A job from an intake before revisions carries none: every tenant is read.
+      const revs = new Map<string, string | undefined>();
+      for (const w of events) if (!revs.has(w.t)) revs.set(w.t, job.data.c?.[w.t]);
+      const reading = engine.viewsAt(revs);
       const fps = events.map((w) => fingerprint(w.i));
-      const redo =
-        job.progress === 1
-          ? undefined
-          : new Map(
-              groupByTenant(
-                events.map((w, i): SeenId => ({ tenantId: w.t, fp: fps[i]! })),
-                (id) => id.tenantId,
-              ),
-            );
-      // Fan out on config read after the events were accepted (every tenant of the job in one
-      // round trip), not on this worker's possibly older view: "create an endpoint, then send"
-      // always reaches it.
-      const tenants = redo ? [...redo.keys()] : [...new Set(events.map((w) => w.t))];
-      const read = await engine.freshViews(tenants, (pipe, tid) => {
-        const ids = redo?.get(tid);
-        if (ids) queueDedupPromote(pipe, keys, tid, ids, config.dedupWindowMs, true);
-      });
-      for (const [tid, res] of read.also)
-        for (const [err] of res)
-          if (err) logger.warn({ err, tenantId: tid }, 'dedup promote at fan-out failed');
+      // A lost intake promote is redone: one Lua call per tenant of the job (the ids are appended
+      // only if not seen yet). Best-effort, it owns nothing (a failure is logged), so nothing waits
+      // for it: it goes after the config read on the wire. A job its intake marked promoted
+      // (`progress` 1, `commands/job-promoted-1.lua`) skips it: at one endpoint per event the redo
+      // was ~3 µs of worker and ~3 µs of Redis CPU per delivery (docs/benchmarks/profile.md).
+      if (job.progress !== 1)
+        void promoteDedup(
+          rt.redis,
+          keys,
+          events.map((w, i): SeenId => ({ tenantId: w.t, fp: fps[i]! })),
+          config.dedupWindowMs,
+          true,
+        ).then(
+          (res) => {
+            const err = firstError(res);
+            if (err) logger.warn({ err }, 'dedup promote at fan-out failed');
+          },
+          (err: unknown) => logger.warn({ err }, 'dedup promote at fan-out failed'),
+        );
+      const views = await reading;
       events.forEach((w, i) => {
-        const v = read.views.get(w.t)!;
+        const v = views.get(w.t)!;
         if (!v.tenant || w.r < bornAt(v.tenant)) {
           // Accepted, then its tenant was deleted before fan-out (and maybe created again under
           // its id: the event is the earlier owner's, not the new one's): the one explicit discard.
