@@ -65,8 +65,8 @@ describe('config revisions', () => {
     await s.services.intake.submit(makeEvent(t.id, 'warm'));
     await waitFor(() => r.got.size === 1, 'the first delivery');
 
-    // Every read of the tenant's revision: the intake's, one per commit, and a worker's fan-out
-    // read, which starts with it.
+    // Every read of the tenant's revision: the intake's, one per commit, a worker's fan-out read,
+    // which starts with it, and the worker's periodic check.
     const revKey = `"${s.rt.keys.configRev(t.id)}"`;
     let reads = 0;
     const monitor = await monitorRedis(testEnv().SPILLWAY_REDIS_URL!, (a) => {
@@ -79,8 +79,8 @@ describe('config revisions', () => {
       await waitFor(() => r.got.size === 1 + N, 'all delivered');
       await waitFor(() => reads >= N, 'the monitor to see the commits');
       // One read per commit by the intake. A worker that read the config for every job would add N
-      // more; this one reads only when its view was replaced by its half-second refresh through
-      // the config cache (a view without a revision), at most a few times in this test.
+      // more; this one reads only the revision, in its half-second check of the tenants it holds
+      // (at most a few times in this test).
       expect(reads).toBeLessThanOrEqual(N + 3);
     } finally {
       monitor.stop();

@@ -6,7 +6,8 @@ import { connect, type Socket } from 'node:net';
  * check): `onCommand` gets every command the server runs, lower-case name first, each argument
  * as MONITOR quotes it (`"key"`). Tests count the commands that name their own keys, so other
  * tests running on the same Redis do not disturb them. `stop()` closes the socket. A password in
- * the URL is sent first (inline AUTH: the test Redis's passwords carry no spaces).
+ * the URL is sent first (inline AUTH: the test Redis's passwords carry no spaces). Resolves once
+ * Redis answered MONITOR's `+OK`: a command sent after that is seen (one sent before could be missed).
  */
 export async function monitorRedis(
   url: string,
@@ -18,11 +19,18 @@ export async function monitorRedis(
   if (u.password)
     socket.write(`AUTH ${decodeURIComponent(u.username || 'default')} ${decodeURIComponent(u.password)}\r\n`);
   socket.write('MONITOR\r\n');
+  /** `+OK`s still to come: AUTH's, then MONITOR's. */
+  let oks = u.password ? 2 : 1;
+  let monitoring: () => void = () => {};
+  const on = new Promise<void>((resolve) => {
+    monitoring = resolve;
+  });
   let rest = '';
   socket.on('data', (chunk: Buffer) => {
     const lines = (rest + chunk.toString('latin1')).split('\r\n');
     rest = lines.pop() ?? '';
     for (const line of lines) {
+      if (line === '+OK' && oks > 0 && --oks === 0) monitoring();
       const at = line.indexOf('] ');
       if (at < 0) continue;
       const args = line.slice(at + 2).split(' ');
@@ -31,5 +39,6 @@ export async function monitorRedis(
     }
   });
   socket.on('error', () => {});
+  await on;
   return { stop: () => socket.destroy() };
 }

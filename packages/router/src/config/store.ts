@@ -306,6 +306,25 @@ export class ConfigStore {
     return configs;
   }
 
+  /** Several tenants' config revisions (keys.configRev) in one round trip; a tenant without one is left out. */
+  async readRevisions(tenantIds: readonly string[]): Promise<Map<string, string>> {
+    const res = await pipelineByTag(
+      this.#redis,
+      tenantIds,
+      (tid) => tenantTag(tid),
+      (pipe, tid) => {
+        pipe.get(this.#keys.configRev(tid));
+      },
+    );
+    const revs = new Map<string, string>();
+    tenantIds.forEach((tid, i) => {
+      const [err, rev] = res[i]![0]!;
+      if (err) throw err;
+      if (typeof rev === 'string') revs.set(tid, rev);
+    });
+    return revs;
+  }
+
   #memoized<T extends object>(raw: string, open: (raw: string) => T): T {
     const hit = this.#fresh.get(raw);
     if (hit) return hit as T;

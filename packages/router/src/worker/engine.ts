@@ -150,8 +150,14 @@ export class Engine {
 
   // --- config --------------------------------------------------------------------------------
 
-  /** Loads (through the cache) the tenant and its endpoints. Throws when Redis cannot answer. */
+  /**
+   * The tenant and its endpoints: a view read at a revision and confirmed current within the last
+   * two refresh periods (#refresh, #reload) as it is, else loaded through the cache. Throws when
+   * Redis cannot answer.
+   */
   async view(tid: string): Promise<TenantView> {
+    const v = this.#views.get(tid);
+    if (v?.rev !== undefined && Date.now() - v.at <= 2 * REFRESH_MS) return v;
     const [tenant, eps] = await Promise.all([this.#d.cache.tenant(tid), this.#d.cache.endpoints(tid)]);
     return this.#setView(tid, tenant, eps);
   }
@@ -194,9 +200,42 @@ export class Engine {
     return this.#views.get(tid);
   }
 
+  /**
+   * Every REFRESH_MS for the tenants this worker holds, so pause/resume acts even if a change
+   * message is lost: one round trip reads their config revisions; a view at its tenant's revision
+   * is current (confirmed: `at` moves) and its lane is looked at again as after a reload (breakers
+   * that half-opened meanwhile), the others are read again.
+   */
+  async #refresh(tids: readonly string[]): Promise<void> {
+    const store = this.#d.store;
+    let stale = tids;
+    if (store && tids.length > 0) {
+      try {
+        const revs = await store.readRevisions(tids);
+        const now = Date.now();
+        stale = tids.filter((tid) => {
+          const v = this.#views.get(tid);
+          const rev = revs.get(tid);
+          if (rev === undefined || v?.rev !== rev) return true;
+          v.at = now;
+          const lane = this.#lanes.get(tid);
+          if (lane) this.#recheck(lane, v);
+          return false;
+        });
+        if (stale.length < tids.length) this.#wake();
+      } catch (err) {
+        this.#d.logger.debug({ err }, 'config revision check failed');
+      }
+    }
+    for (const tid of stale) void this.#reload(tid);
+  }
+
+  /** A tenant's config changed (or may have): read again, past the cache when there is a store. */
   async #reload(tid: string): Promise<void> {
     try {
-      const v = await this.view(tid);
+      const v = this.#d.store
+        ? (await this.viewsAt(new Map([[tid, undefined]]))).get(tid)!
+        : await this.view(tid);
       const lane = this.#lanes.get(tid);
       if (!v.tenant && !lane) this.#views.delete(tid);
       if (lane) this.#recheck(lane, v);
@@ -705,7 +744,7 @@ export class Engine {
     if (roomier) this.#released(0);
     if (now - this.#lastRefresh >= REFRESH_MS) {
       this.#lastRefresh = now;
-      for (const tid of this.#lanes.keys()) void this.#reload(tid);
+      void this.#refresh([...this.#lanes.keys()]);
     }
   }
 
