@@ -437,11 +437,8 @@ export async function promoteDedup(
   );
 }
 
-/**
- * One tenant's part of promoteDedup, queued on a pipeline of a client that has the router's
- * commands (`withCommands`): the worker sends it in the round trip that reads the job's tenants.
- */
-export function queueDedupPromote(
+/** One tenant's part of promoteDedup, queued on a pipeline of a client that has the router's commands (`withCommands`). */
+function queueDedupPromote(
   pipe: Pipe,
   keys: Keys,
   tenantId: string,
