@@ -23,7 +23,7 @@ const OWNED = [
   /:sources$/,
   /:apikeys$/,
   /:workers$/,
-  /:\{t:[^}]+\}:(tenant|endpoints|keys|counters|dlq)$/,
+  /:\{t:[^}]+\}:(tenant|endpoints|rev|keys|counters|dlq)$/,
   /^\{[^}]+\}:(intake|retry):/,
 ];
 
