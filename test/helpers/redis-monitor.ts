@@ -21,16 +21,13 @@ export async function monitorRedis(
   socket.write('MONITOR\r\n');
   /** `+OK`s still to come: AUTH's, then MONITOR's. */
   let oks = u.password ? 2 : 1;
-  let monitoring: () => void = () => {};
-  const on = new Promise<void>((resolve) => {
-    monitoring = resolve;
-  });
+  const monitoring = Promise.withResolvers<void>();
   let rest = '';
   socket.on('data', (chunk: Buffer) => {
     const lines = (rest + chunk.toString('latin1')).split('\r\n');
     rest = lines.pop() ?? '';
     for (const line of lines) {
-      if (line === '+OK' && oks > 0 && --oks === 0) monitoring();
+      if (line === '+OK' && oks > 0 && --oks === 0) monitoring.resolve();
       const at = line.indexOf('] ');
       if (at < 0) continue;
       const args = line.slice(at + 2).split(' ');
@@ -39,6 +36,6 @@ export async function monitorRedis(
     }
   });
   socket.on('error', () => {});
-  await on;
+  await monitoring.promise;
   return { stop: () => socket.destroy() };
 }

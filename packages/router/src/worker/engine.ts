@@ -138,7 +138,7 @@ export class Engine {
       tasksInMemory: () => this.#tasks,
       bodyBytes: () => this.credits.bytes,
     });
-    this.#unsubscribe = deps.cache.onChange((c) => void this.#reload(c.tenantId));
+    this.#unsubscribe = deps.cache.onChange((c) => void this.#reload([c.tenantId]));
     this.#timer = setInterval(() => this.#tick(), TICK_MS);
     this.#timer.unref();
   }
@@ -179,13 +179,22 @@ export class Engine {
       if (rev !== undefined && v?.rev === rev) views.set(tid, v);
       else read.push(tid);
     }
-    if (read.length === 0) return views;
+    if (read.length > 0) for (const [tid, v] of await this.#read(read)) views.set(tid, v);
+    return views;
+  }
+
+  /**
+   * Tenants' views read past the cache, all in one round trip, each with the revision read before
+   * it; through the cache when there is no store (tests).
+   */
+  async #read(tids: readonly string[]): Promise<Map<string, TenantView>> {
+    const views = new Map<string, TenantView>();
     const store = this.#d.store;
     if (!store) {
-      for (const tid of read) views.set(tid, await this.view(tid));
+      for (const tid of tids) views.set(tid, await this.view(tid));
       return views;
     }
-    for (const [tid, c] of await store.readTenantConfigs(read))
+    for (const [tid, c] of await store.readTenantConfigs(tids))
       views.set(tid, this.#setView(tid, c.tenant, c.endpoints, c.rev));
     return views;
   }
@@ -204,7 +213,7 @@ export class Engine {
    * Every REFRESH_MS for the tenants this worker holds, so pause/resume acts even if a change
    * message is lost: one round trip reads their config revisions; a view at its tenant's revision
    * is current (confirmed: `at` moves) and its lane is looked at again as after a reload (breakers
-   * that half-opened meanwhile), the others are read again.
+   * that half-opened meanwhile), the others are read again, together.
    */
   async #refresh(tids: readonly string[]): Promise<void> {
     const store = this.#d.store;
@@ -227,21 +236,21 @@ export class Engine {
         this.#d.logger.debug({ err }, 'config revision check failed');
       }
     }
-    for (const tid of stale) void this.#reload(tid);
+    void this.#reload(stale);
   }
 
-  /** A tenant's config changed (or may have): read again, past the cache when there is a store. */
-  async #reload(tid: string): Promise<void> {
+  /** Tenants whose config changed (or may have): read again, in one round trip, and their lanes looked at again. */
+  async #reload(tids: readonly string[]): Promise<void> {
+    if (tids.length === 0) return;
     try {
-      const v = this.#d.store
-        ? (await this.viewsAt(new Map([[tid, undefined]]))).get(tid)!
-        : await this.view(tid);
-      const lane = this.#lanes.get(tid);
-      if (!v.tenant && !lane) this.#views.delete(tid);
-      if (lane) this.#recheck(lane, v);
+      for (const [tid, v] of await this.#read(tids)) {
+        const lane = this.#lanes.get(tid);
+        if (!v.tenant && !lane) this.#views.delete(tid);
+        if (lane) this.#recheck(lane, v);
+      }
       this.#wake();
     } catch (err) {
-      this.#d.logger.debug({ err, tenantId: tid }, 'config refresh failed');
+      this.#d.logger.debug({ err, tenantIds: tids }, 'config refresh failed');
     }
   }
 
