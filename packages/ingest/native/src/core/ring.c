@@ -32,6 +32,9 @@
 /* Enough for a client that keeps streaming until it has parsed our answer (then it stops):
  * closing earlier turns the unread bytes into a RST that can destroy the answer before it is read. */
 #define DRAIN_MAX_BYTES (16u * 1024u * 1024u)
+/* What one discarding recv of a draining connection may drop (MSG_TRUNC: the kernel frees the
+ * bytes without copying them to us). */
+#define DRAIN_RECV_BYTES (1u << 20)
 #define DRAIN_FIN_WAIT_MS 2000
 #define DRAIN_MAX_MS 10000
 #define TICK_MS 100
@@ -115,6 +118,10 @@ struct spw_server {
   int drain;
   int stopped;
   uint64_t close_deadline;
+
+  /* Bytes of answered requests read only to be dropped (spw_server_stats); written by the ring
+   * thread, read by any (relaxed atomics). */
+  uint64_t drained_copied, drained_discarded;
 };
 
 static uint64_t now_ms(void) {
@@ -287,9 +294,17 @@ static void arm_accept(spw_server *s) {
 static void arm_recv(spw_server *s, spw_conn *c, uint32_t idx) {
   struct io_uring_sqe *sqe = get_sqe(s);
   if (!sqe) return;
-  io_uring_prep_recv(sqe, c->fd, NULL, 0, 0);
-  sqe->flags |= IOSQE_BUFFER_SELECT;
-  sqe->buf_group = BGID;
+  if (c->state == C_DRAIN) {
+    /* Answered early (413, 408, an error): what the client still sends is only read to be
+     * dropped, so the kernel drops it (TCP honours MSG_TRUNC: no copy, no buffer, one completion
+     * per megabyte instead of one per 16 KiB buffer). An attacker that streams oversized bodies
+     * made this thread copy up to DRAIN_MAX_BYTES of each into the buffer ring before. */
+    io_uring_prep_recv(sqe, c->fd, NULL, DRAIN_RECV_BYTES, MSG_TRUNC);
+  } else {
+    io_uring_prep_recv(sqe, c->fd, NULL, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = BGID;
+  }
   io_uring_sqe_set_data64(sqe, UD(T_RECV, idx));
   c->recv_armed = 1;
   c->ops++;
@@ -618,6 +633,7 @@ static size_t pipeline_limit(spw_server *s) { return (size_t)s->cfg.max_head_byt
 static void on_data(spw_server *s, spw_conn *c, uint32_t idx, const char *data, size_t len) {
   if (c->closing) return;
   if (c->state == C_DRAIN || c->over_cap) {
+    __atomic_fetch_add(&s->drained_copied, len, __ATOMIC_RELAXED);
     c->drained += len;
     if (c->drained > DRAIN_MAX_BYTES) conn_close(s, c);
     return;
@@ -937,6 +953,11 @@ static void on_recv(spw_server *s, struct io_uring_cqe *cqe, uint32_t idx) {
     if (res > 0) on_data(s, c, idx, s->bufs + (size_t)bid * s->cfg.buf_size, (size_t)res);
     /* The bytes were framed or copied out above, so the buffer goes straight back to the kernel. */
     recycle_buf(s, bid);
+  } else if (res > 0 && c->state == C_DRAIN) {
+    /* A discarding recv (arm_recv): counted against the drain's bound like copied bytes. */
+    __atomic_fetch_add(&s->drained_discarded, (uint64_t)res, __ATOMIC_RELAXED);
+    c->drained += (uint64_t)res;
+    if (c->drained > DRAIN_MAX_BYTES) conn_close(s, c);
   }
   if (res == 0) {
     c->read_eof = 1;
@@ -1257,6 +1278,11 @@ int spw_server_close(spw_server *s, uint32_t grace_ms, int drain) {
 }
 
 int spw_server_listen_fd(spw_server *s) { return s->listen_fd; }
+
+void spw_server_stats(spw_server *s, spw_stats *out) {
+  out->drained_copied = __atomic_load_n(&s->drained_copied, __ATOMIC_RELAXED);
+  out->drained_discarded = __atomic_load_n(&s->drained_discarded, __ATOMIC_RELAXED);
+}
 
 void spw_server_destroy(spw_server *s) {
   if (!s) return;

@@ -116,6 +116,14 @@ int spw_server_set_routes(spw_server *srv, const spw_route_spec *routes, size_t 
 int spw_server_close(spw_server *srv, uint32_t grace_ms, int drain);
 /* The listening socket once started (-1 before start or after close). */
 int spw_server_listen_fd(spw_server *srv);
+/* What the ring did with the bytes clients sent after their request was answered early (413, 408,
+ * an error), before the connection closed: copied into the buffer ring (only what a recv already on
+ * its way took), or dropped in the kernel without a copy. */
+typedef struct spw_stats {
+  uint64_t drained_copied;
+  uint64_t drained_discarded;
+} spw_stats;
+void spw_server_stats(spw_server *srv, spw_stats *out);
 /* After SPW_EV_CLOSED (or if start failed / never ran): joins the thread and frees. */
 void spw_server_destroy(spw_server *srv);
 
