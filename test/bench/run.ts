@@ -51,6 +51,11 @@ async function main() {
     results: { ...(prev?.results ?? {}) },
   };
   let failed = 0;
+  const measured = new Set<string>();
+  const resultOf = (name: string) => {
+    const result = file.results[name];
+    return result && result.status !== 'not-run' ? { result, sameRun: measured.has(name) } : undefined;
+  };
   for (const b of selected) {
     const started = Date.now();
     // Other work on the machine moves every number: say how busy it was when this one started,
@@ -68,7 +73,7 @@ async function main() {
     };
     let result: BenchResult;
     try {
-      const r = await b.run({ quick, rounds, log, round });
+      const r = await b.run({ quick, rounds, log, round, resultOf });
       result = {
         name: b.name,
         title: b.title,
@@ -100,7 +105,10 @@ async function main() {
     const kept = prev?.results[b.name];
     if (result.status === 'skipped' && kept && kept.status !== 'skipped')
       process.stdout.write(`  (kept the previous ${b.name} result from ${kept.startedAt})\n`);
-    else file.results[b.name] = result;
+    else {
+      file.results[b.name] = result;
+      measured.add(b.name);
+    }
     // Written after every benchmark: an interrupted run still leaves what it measured.
     writeAll(OUT, file, ALL, INTRO);
   }

@@ -150,6 +150,9 @@ async function oneRound(
   }
 }
 
+/** The fan-out benchmark's row the drain target is stated against (benchmarks/fanout.ts). */
+const FANOUT_ONE = 'Spillway, 1 endpoint/event';
+
 export const backlog: Benchmark = {
   name: 'backlog',
   title: 'Backlog memory',
@@ -157,9 +160,9 @@ export const backlog: Benchmark = {
     "One worker process; tenant `big` is paused (through the config store, as `POST /v1/tenants/big/pause` does), then N events of 128 bytes are enqueued through the durable intake (N = 1 000 000; `--quick` 20 000). Paused events must be spilled to Kafka, not held. RSS (VmRSS of the worker process) is sampled every 250 ms while spilling and for 5 s with the whole backlog parked; then the tenant is resumed and deliveries to the sink are counted for 60 s (`--quick` 15 s) to give the drain rate; the remainder is deleted with the run's topic. Rounds: 3 (`--quick` 2), each on a fresh prefix, topic and worker; the table shows the median of the rounds and the worst (highest) peak, and the verdict uses the worst round's peak RSS.",
   targets: [
     'Worker RSS ≤ 300 MiB with 1 000 000 events in backlog (spilled) (worst round).',
-    'Drain rate reported (no target in the issue).',
+    "Drain rate of that backlog ≥ 50 % of the fan-out benchmark's 1 endpoint/event rate (worst round ÷ that rate's median; from the same run when it measured fan-out first, as `pnpm bench` does).",
   ],
-  async run({ quick, rounds, log, round }) {
+  async run({ quick, rounds, log, round, resultOf }) {
     // SPILLWAY_BENCH_BACKLOG overrides the size (calibration runs).
     const N = Number(process.env.SPILLWAY_BENCH_BACKLOG ?? (quick ? 20_000 : 1_000_000));
     const notes: string[] = [];
@@ -208,6 +211,22 @@ export const backlog: Benchmark = {
         pass: peak === undefined || quick || N !== 1_000_000 ? undefined : peak.worst <= 300,
       },
     ];
+    // The issue's drain target is half the 1 endpoint/event fan-out rate: this run's, or the
+    // recorded one (its date said) when this run did not measure fan-out.
+    const fan = resultOf('fanout');
+    const fanRate = fan?.result.rows.find((row) => row.label === FANOUT_ONE)?.values.deliveries;
+    if (drain && typeof fanRate === 'number' && fanRate > 0) {
+      const ratio = drain.worst / fanRate;
+      const from = fan!.sameRun ? 'this run' : `the recorded run of ${fan!.result.startedAt}`;
+      goals.push({
+        what: `drain ÷ the 1 endpoint/event fan-out rate (${worstOf(drain, quick)} ÷ the fan-out median ${Math.round(fanRate).toLocaleString('en-US')}/s of ${from})`,
+        target: '≥ 0.50',
+        measured: ratio,
+        shown: `worst ${Math.round(drain.worst).toLocaleString('en-US')}/s = ${ratio.toFixed(2)}, median ${Math.round(drain.median).toLocaleString('en-US')}/s = ${(drain.median / fanRate).toFixed(2)}`,
+        // A verdict only against a fan-out rate measured in the same full run.
+        pass: quick || !fan!.sameRun || fan!.result.quick ? undefined : ratio >= 0.5,
+      });
+    } else notes.push('No fan-out result to hold the drain rate against (run `--only fanout,backlog`).');
     return {
       status: outs.some((o) => o.complete) ? 'ok' : 'partial',
       columns: [

@@ -134,8 +134,12 @@ function spillwayTarget(
       ).catch((e) => String(e));
       if (probe !== 202) throw new Error(`a signed probe got ${probe}, not 202`);
       const metrics = await c.metrics(r).catch(() => '');
+      // Which backend took it: the probe's HMAC ran on the ring thread (io_uring) or in JS (node),
+      // or the role said so in its log.
+      const verified = (where: string) =>
+        new RegExp(`spillway_ingest_verified_total\\{[^}]*where="${where}"[^}]*\\} [1-9]`).test(metrics);
       const seen =
-        /backend="(node|uring)"/.exec(metrics)?.[1] ??
+        (verified('ring') ? 'uring' : verified('js') ? 'node' : undefined) ??
         /backend[=:"\s]+(node|uring)/.exec(r.proc.out() + r.proc.err())?.[1];
       return {
         url: `${tls ? 'https' : 'http'}://127.0.0.1:${r.ingestPort}/ingest/${src.id}`,
@@ -149,7 +153,8 @@ function spillwayTarget(
           const delivered = sink
             ? `its worker delivered ${(await sink.stats('all')).count} of the ${acked} events meanwhile.`
             : undefined;
-          if (seen && backend !== 'auto' && seen !== backend) return { status: `ran as ${seen}` };
+          // (Over TLS the uring backend hands connections to its node half: JS verifies.)
+          if (seen && backend !== 'auto' && !tls && seen !== backend) return { status: `ran as ${seen}` };
           return markers >= acked
             ? {
                 status: 'ok, durable',

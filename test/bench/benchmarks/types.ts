@@ -7,6 +7,11 @@ export interface BenchContext {
   log(msg: string): void;
   /** Call before round `i` (1-based): prints the load average and warns when it is high. */
   round(i: number): void;
+  /**
+   * Another benchmark's result: the one this run measured (`sameRun`), or else the recorded one
+   * (results.json), for targets stated against another benchmark's numbers.
+   */
+  resultOf(name: string): { result: BenchResult; sameRun: boolean } | undefined;
 }
 
 export interface Benchmark extends BenchSpec {
