@@ -59,21 +59,19 @@ export function createTestIntake(url: string, keys: Keys, windowMs = 60_000): Te
   const ready = new Promise<void>((resolve) => redis.once('ready', () => resolve()));
   return {
     ready,
-    async submit(event: SpillwayEvent, opts: { gate?: Promise<boolean> } = {}) {
-      // The gate first, as Intake.submit requires: nothing is written for an event it withdraws.
-      if (opts.gate && !(await opts.gate.catch(() => false)))
-        return { id: event.id, duplicate: false, withdrawn: true as const };
+    async submit(event: SpillwayEvent, opts: { gate?: () => Promise<boolean>; dedupKey?: string } = {}) {
+      const dedup = `${keys.dedupBase(event.tenantId)}:test:${opts.dedupKey ?? event.id}`;
       const json = JSON.stringify({ ...event, body: event.body.toString('base64') });
       let stored: unknown;
       try {
-        stored = await redis.eval(
-          SUBMIT,
-          2,
-          `${keys.dedupBase(event.tenantId)}:test:${event.id}`,
-          acceptedKey(keys, event.tenantId),
-          windowMs,
-          json,
-        );
+        // As Intake.submit: the gate is asked only for an event that is not a duplicate, and
+        // nothing is written for an event it withdraws.
+        if (opts.gate) {
+          if ((await redis.exists(dedup)) === 1) return { id: event.id, duplicate: true };
+          if (!(await opts.gate().catch(() => false)))
+            return { id: event.id, duplicate: false, withdrawn: true as const };
+        }
+        stored = await redis.eval(SUBMIT, 2, dedup, acceptedKey(keys, event.tenantId), windowMs, json);
       } catch (err) {
         throw errors.unavailable(`test intake: ${(err as Error).message}`, { cause: err, retryAfter: 2 });
       }

@@ -51,6 +51,29 @@ describe('dedup promote: intake, then worker', () => {
     expect((await s.services.intake.submit(makeEvent(t.id, 'marked'))).duplicate).toBe(false);
   });
 
+  it("an unmarked job's event deduplicated on another key (a GitHub body: `d`) is promoted under that key, not its id", async () => {
+    const s = await routerHarness(cleanup);
+    const r = await s.receiver();
+    const t = await makeTenant(s.store);
+    await makeEndpoint(s.store, t.id, r.url);
+    const queue = createQueue(s.rt.redis, s.rt.keys, s.rt.keys.intakeQueue);
+    cleanup.push(() => queue.close());
+    // Added as the intake adds a GitHub event's job, whose promote never ran.
+    const key = 'b:src-1:body-digest';
+    await queue.add(
+      'batch',
+      { v: 1, events: [{ ...eventToWire(makeEvent(t.id, 'gh-1')), d: key }] },
+      JOB_OPTS,
+    );
+    await s.worker();
+    await waitFor(() => r.got.size === 1, 'delivered');
+    // The same body under a fresh id (a replay, or the provider's retry after a lost promote) is a
+    // duplicate; the id itself was never the key.
+    const again = await s.services.intake.submit(makeEvent(t.id, 'gh-2'), { dedupKey: key });
+    expect(again).toEqual({ id: 'gh-2', duplicate: true });
+    expect((await s.services.intake.submit(makeEvent(t.id, 'gh-1'))).duplicate).toBe(false);
+  });
+
   it('a job that finished before its mark is not created again as a stray key', async () => {
     const s = await routerHarness(cleanup);
     const key = s.rt.keys.intakeQueue;

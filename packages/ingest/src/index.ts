@@ -32,7 +32,6 @@ export {
 } from './edge.ts';
 export { createPipeline, type IngestPipeline, type PipelineOptions } from './pipeline.ts';
 export type { PreAuthRate } from './preauth.ts';
-export { createRedisReplayGuard, type ReplayGuard, type ReplayRedis } from './replay.ts';
 export type {
   BodySink,
   CloseOptions,

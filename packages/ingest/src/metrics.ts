@@ -19,7 +19,6 @@ export interface IngestMetrics {
    */
   verified: Counter<'kind' | 'where'>;
   /** Signed bodies seen again under another id within the dedup window (answered as duplicates). */
-  replays: Counter<'kind'>;
   enqueueSeconds: Histogram<'outcome'>;
   inflightBodyBytes: Gauge;
   /**
@@ -85,17 +84,6 @@ export function ingestMetrics(reg: Registry = registry): IngestMetrics {
           name: 'spillway_ingest_verified_total',
           help: 'Request bodies whose signature was checked, by source kind and where the HMAC ran (ring, js)',
           labelNames: ['kind', 'where'] as const,
-          registers,
-        }),
-    ),
-    replays: getOrCreate(
-      reg,
-      'spillway_ingest_replays_total',
-      () =>
-        new Counter({
-          name: 'spillway_ingest_replays_total',
-          help: 'Signed bodies seen again under another event id within the dedup window (github, shopify)',
-          labelNames: ['kind'] as const,
           registers,
         }),
     ),

@@ -18,7 +18,6 @@ import { BodyBudget, SharedBodyBudget } from './budget.ts';
 import { errorResponse } from './errors.ts';
 import { ingestMetrics } from './metrics.ts';
 import { PreAuthLimiter, type PreAuthRate } from './preauth.ts';
-import type { ReplayGuard } from './replay.ts';
 import type {
   BodySink,
   HeadDecision,
@@ -45,10 +44,11 @@ export interface PipelineOptions {
    */
   preAuthRate?: PreAuthRate;
   /**
-   * Body dedup for the kinds whose id is outside the signature (github, shopify): a signed body
-   * seen under another id within the window is a duplicate. Absent: ids alone decide.
+   * GitHub and Shopify events deduplicated on their body, per source, instead of on their id
+   * header, which their signature does not cover (docs/ingest.md, "Replays"). Default true; off
+   * only where ids alone should decide (test servers that resend one body under new ids).
    */
-  replayGuard?: ReplayGuard;
+  dedupBodies?: boolean;
   keys: Keys;
   logger: Logger;
   /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
@@ -171,7 +171,6 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
     'unauthorized',
     'invalid',
     'too_slow',
-    'replay',
   ]);
 
   /** `kind`: the source's kind, or NO_SOURCE; never its id (metric labels are not secret). */
@@ -319,32 +318,15 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
   }
 
   /**
-   * The checks on a verified event besides its id, in order: the replay check (GitHub and Shopify:
-   * a signed body seen under another id), then the source's rate. null: go.
+   * What a GitHub or Shopify event is deduplicated on: its body, per source. Their id header is
+   * not covered by the signature, so a replayer could send a seen body under any id
+   * (docs/ingest.md, "Replays"); the provider's own redelivery repeats the body too. Other kinds
+   * sign their id (in the body or the signed string): they are deduplicated on it.
    */
-  async function decide(
-    source: Source,
-    body: Buffer,
-    eventId: string,
-  ): Promise<{ outcome: 'replay' | 'rate_limited'; response: IngestResponse } | null> {
-    if (opts.replayGuard && (source.kind === 'github' || source.kind === 'shopify')) {
-      const bodySha256 = hash('sha256', body, 'hex');
-      let owner: string | undefined;
-      try {
-        owner = await opts.replayGuard.claim(source.tenantId, source.id, bodySha256, eventId);
-      } catch (err) {
-        // Fail open, as the limiter: the intake answers 503 itself if Redis is really gone.
-        logger.warn({ err, source: source.id }, 'replay check failed; admitting');
-      }
-      if (owner !== undefined) {
-        // Not the provider (its redelivery repeats the id): answered as a duplicate of the id it
-        // sent (the guard keeps only the owner's fingerprint), so a replayer learns nothing, but
-        // counted as refused for its address, and it spends nothing of the source's rate.
-        return { outcome: 'replay', response: { status: 200, body: { id: eventId, duplicate: true } } };
-      }
-    }
-    const limited = await sourceRate(source);
-    return limited ? { outcome: 'rate_limited', response: limited } : null;
+  function dedupKeyOf(source: Source, body: Buffer): string | undefined {
+    if (opts.dedupBodies === false || (source.kind !== 'github' && source.kind !== 'shopify'))
+      return undefined;
+    return `b:${source.id}:${hash('sha256', body, 'base64url')}`;
   }
 
   function createSink(
@@ -449,10 +431,14 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
               errorResponse(verifyError(v.status, v.message)),
             );
           }
-          // What is decided about the event besides its id (the replay check, then the source's
-          // rate: a replay spends nothing of the rate) runs while the intake reserves the id, so
-          // their round trips overlap; the intake adds the event only if this says go.
-          const decision = decide(source, body, v.id);
+          // The source's rate is asked by the intake once the event is known not to be a
+          // duplicate (a replay or a redelivery spends none of it); it adds the event only if
+          // the rate says go.
+          let limited: Promise<IngestResponse | null> | undefined;
+          const gate = () => {
+            limited = sourceRate(source);
+            return limited.then((r) => r === null);
+          };
           const event: SpillwayEvent = {
             tenantId: source.tenantId,
             id: v.id,
@@ -466,15 +452,12 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
           let result: SubmitResult | undefined;
           let err: unknown;
           try {
-            result = await intake.submit(event, { gate: decision.then((d) => d === null) });
+            result = await intake.submit(event, { gate, dedupKey: dedupKeyOf(source, body) });
           } catch (e) {
             err = e;
           }
-          const refused = await decision;
-          if (refused) {
-            if (refused.outcome === 'replay') m.replays.inc({ kind: source.kind });
-            return answer(sid, refused.outcome, refused.response);
-          }
+          const refused = limited && (await limited);
+          if (refused) return answer(sid, 'rate_limited', refused);
           if (result?.withdrawn) {
             // Withdrawn with another submit of the same id whose own check said no (Intake.submit).
             return answer(

@@ -90,6 +90,31 @@ describe('durable intake', () => {
     expect(await intake.submit(makeEvent(tenant, 'new-one'))).toEqual({ id: 'new-one', duplicate: false });
   });
 
+  it('dedupKey: events are deduplicated on it, not on their id; the gate is asked only for an event that is not a duplicate', async () => {
+    const { intake } = intakeOn({});
+    const tenant = `dk-${randomBytes(3).toString('hex')}`;
+    let asked = 0;
+    const gate = () => {
+      asked++;
+      return Promise.resolve(true);
+    };
+    const sub = (id: string, dedupKey?: string) =>
+      intake.submit(makeEvent(tenant, id), dedupKey === undefined ? { gate } : { gate, dedupKey });
+    expect(await sub('k-1', 'b:x')).toEqual({ id: 'k-1', duplicate: false });
+    // Another id, the same key: a duplicate, answered under its own id.
+    expect(await sub('k-2', 'b:x')).toEqual({ id: 'k-2', duplicate: true });
+    // Two at once in one process: one event.
+    const both = await Promise.all([sub('k-3', 'b:y'), sub('k-4', 'b:y')]);
+    expect(both).toEqual([
+      { id: 'k-3', duplicate: false },
+      { id: 'k-4', duplicate: true },
+    ]);
+    // The id alone was never a key.
+    expect(await sub('k-1')).toEqual({ id: 'k-1', duplicate: false });
+    // b:x, b:y and k-1: the duplicates asked nothing.
+    expect(asked).toBe(3);
+  });
+
   it('a gate that says no withdraws its event: nothing added, its id free again; the rest of the batch commits', async () => {
     const { rt, intake } = intakeOn({ SPILLWAY_GROUP_COMMIT: '20ms' });
     const tenant = `gate-${randomBytes(3).toString('hex')}`;
@@ -97,10 +122,12 @@ describe('durable intake', () => {
     const late = new Promise<boolean>((r) => {
       decide = r;
     });
-    const withdrawn = intake.submit(makeEvent(tenant, 'g-no'), { gate: late });
-    const refused = intake.submit(makeEvent(tenant, 'g-throws'), { gate: Promise.reject(new Error('x')) });
+    const withdrawn = intake.submit(makeEvent(tenant, 'g-no'), { gate: () => late });
+    const refused = intake.submit(makeEvent(tenant, 'g-throws'), {
+      gate: () => Promise.reject(new Error('x')),
+    });
     const others = [
-      intake.submit(makeEvent(tenant, 'g-yes'), { gate: Promise.resolve(true) }),
+      intake.submit(makeEvent(tenant, 'g-yes'), { gate: () => Promise.resolve(true) }),
       intake.submit(makeEvent(tenant, 'g-none')),
     ];
     // The commit waits for the undecided gate: nothing is added before it says.

@@ -59,11 +59,6 @@ export interface Keys {
    * short-lived pending marker of one id being accepted.
    */
   dedupBase(tenantId: string): string;
-  /**
-   * Base of the tenant's GitHub/Shopify body claims within the dedup window (packages/ingest/src/
-   * replay.ts): the dedup layout, 16-byte entries (body fingerprint, owner id fingerprint).
-   */
-  bodyClaim(tenantId: string): string;
   /** Base of the tenant's event-id index over the event log: the same layout, 3-byte entries. */
   eventIdIndex(tenantId: string): string;
   /**
@@ -142,7 +137,6 @@ export function createKeys(prefix: string): Keys {
     tenantCounters: (tenantId: string) => `${t(tenantId)}:counters`,
     dedupBase: (tenantId: string) => `${t(tenantId)}:dd`,
     eventIdIndex: (tenantId: string) => `${t(tenantId)}:ix`,
-    bodyClaim: (tenantId: string) => `${t(tenantId)}:bc`,
     historyMinutes: (tenantId: string, kind: 'events' | 'attempts' | 'dlq') =>
       `${t(tenantId)}:${kind === 'events' ? 'el' : kind === 'attempts' ? 'al' : 'ql'}`,
     failedAttempts: (tenantId: string, endpointId: string) => `${t(tenantId)}:fa:${endpointId}`,

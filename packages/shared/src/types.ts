@@ -183,12 +183,19 @@ export interface Intake {
    * Resolves once the event is durable (or known as a duplicate within the dedup window).
    * Rejects with SPW_ERR_UNAVAILABLE (503 + Retry-After) when Redis cannot take it.
    *
-   * `gate`: a decision the caller is still making about this event (ingest: the replay check and
-   * the source's rate) while the intake reserves its id, so the two round trips overlap. The event
-   * is committed only if the gate resolves true; false (or a rejection) withdraws it: its id is
-   * released and the result says `withdrawn`.
+   * `gate`: a decision the caller makes about an event that is not a duplicate (ingest: the
+   * source's rate), asked once the intake has reserved its id, and never for a duplicate (so a
+   * duplicate spends none of the rate). The event is committed only if the gate resolves true;
+   * false (or a rejection) withdraws it: its id is released and the result says `withdrawn`.
+   *
+   * `dedupKey`: what the event is deduplicated on, when not its id (ingest: a GitHub or Shopify
+   * body, whose id header the signature does not cover; docs/ingest.md, "Replays"). The result
+   * still carries the event's id.
    */
-  submit(event: SpillwayEvent, opts?: { gate?: Promise<boolean> }): Promise<SubmitResult>;
+  submit(
+    event: SpillwayEvent,
+    opts?: { gate?: () => Promise<boolean>; dedupKey?: string },
+  ): Promise<SubmitResult>;
 }
 
 export interface SubmitResult {

@@ -177,7 +177,8 @@ async function slowlogStart(admin: Redis): Promise<() => Promise<string>> {
         const key = String(args[3] ?? '');
         const first = String(args[4] ?? '');
         if (/:dd$/.test(key)) name = first.startsWith('p:') ? 'dedup-reserve' : 'dedup-promote';
-        else if (/:bc$/.test(key)) name = 'body-claim';
+        else if (/:bc$/.test(key))
+          name = 'body-claim'; // a tree from before 2026-12-07 (SPILLWAY_BENCH_BIN)
         else if (/:rate:/.test(key)) name = 'rate/limiter';
         else name = `script ${String(args[1]).slice(0, 8)} ${key.replace(/^[^:]*:/, '').slice(0, 30)}`;
       }

@@ -1,8 +1,10 @@
 /**
  * Redis execution time of the ingest path's scripts per event (docs/benchmarks/ingest-profile.md),
  * without HTTP: on a fresh tenant base, batches of B distinct events go through what the ingest
- * role runs for each GitHub event — body-claim-1, dedup-reserve-1, dedup-promote-1 — and each
- * script's server-side time is read from `INFO commandstats` deltas (EVALSHA usec) around its calls.
+ * role runs for each GitHub event — dedup-reserve-1 and dedup-promote-1 (on the body's key since
+ * 2026-12-07; a tree from before also has body-claim-1, the separate body lookup, which runs
+ * first when LUA_COST_ROOT points at one) — and each script's server-side time is read from
+ * `INFO commandstats` deltas (EVALSHA usec) around its calls.
  *
  *   node test/bench/lib/lua-cost.ts [events=30000] [batch=20] [luaLibDir|-] [perSlot=0]
  *
@@ -20,7 +22,7 @@
  * the intake pass; 0 = no mask).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { commandStats, REDIS_URL } from './spillway.ts';
 
@@ -43,13 +45,16 @@ const root = process.env.LUA_COST_ROOT
   : new URL('../../../packages/', import.meta.url).pathname;
 const redis = new Redis(REDIS_URL);
 const load = async (p: string) => (await redis.script('LOAD', read(`${root}${p}`))) as string;
-const claim = await load('ingest/src/commands/body-claim-1.lua');
+/** Trees from before 2026-12-07 only: the body claim, a second lookup per GitHub event. */
+const CLAIM = 'ingest/src/commands/body-claim-1.lua';
+const claim = existsSync(`${root}${CLAIM}`) ? await load(CLAIM) : undefined;
 const reserve = await load('router/src/commands/dedup-reserve-1.lua');
 const promote = await load('router/src/commands/dedup-promote-1.lua');
 /** The mask-words argument, for scripts that take one (none for a tree from before masks). */
-const fbits = read(`${root}ingest/src/commands/body-claim-1.lua`).includes('ARGV[5]')
-  ? [Number(process.env.LUA_COST_MASK_WORDS ?? 8)]
-  : [];
+const fbits =
+  claim === undefined || read(`${root}${CLAIM}`).includes('ARGV[5]')
+    ? [Number(process.env.LUA_COST_MASK_WORDS ?? 8)]
+    : [];
 
 const tag = `lc-${randomBytes(3).toString('hex')}`;
 const bc = `${tag}:{t:acme}:bc`;
@@ -77,7 +82,7 @@ for (let k = back + lead; k >= 1 && perSlot > 0; k--) {
       return [b.toString('hex', 0, 8), f.toString('hex', 0, 8), b.readUInt32BE(8)];
     });
     // back 0: the fill does not search the window, it only appends to slot - k.
-    await redis.evalsha(claim, 1, bc, ttl, slot - k, 0, claimPer, ...fbits, ...claimArgs);
+    if (claim) await redis.evalsha(claim, 1, bc, ttl, slot - k, 0, claimPer, ...fbits, ...claimArgs);
     await redis.evalsha(promote, 1, dd, ttl, slot - k, 0, idPer, 0, ...fbits, ...idArgs);
   }
 }
@@ -103,7 +108,8 @@ for (let done = 0; done < total; done += B) {
     if (timing) spent[k] += t1 - t;
     t = await evalUs();
   };
-  await step('claim', () => redis.evalsha(claim, 1, bc, ttl, slot, back, claimPer, ...fbits, ...claimArgs));
+  if (claim)
+    await step('claim', () => redis.evalsha(claim, 1, bc, ttl, slot, back, claimPer, ...fbits, ...claimArgs));
   await step('reserve', () => redis.evalsha(reserve, 1, dd, 'p:x', 30_000, slot, back, ...idArgs));
   await step('promote', () => redis.evalsha(promote, 1, dd, ttl, slot, back, idPer, 0, ...fbits, ...idArgs));
   if (timing) measured += B;

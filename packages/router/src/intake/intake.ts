@@ -32,7 +32,13 @@ import { eventToWire, type WireEvent } from '../worker/fanout.ts';
  * config revision read with its dedup reserve (keys.configRev; a tenant without one is left out):
  * the worker fans out on a view at least that new (docs/architecture.md, "Config revisions").
  */
-export type IntakeJobData = { v: 1; events: WireEvent[]; c?: Record<string, string> };
+export type IntakeJobData = { v: 1; events: IntakeWireEvent[]; c?: Record<string, string> };
+
+/**
+ * An event in an intake job: `d`, the key it was deduplicated on when not its id (a GitHub or
+ * Shopify body, Intake.submit `dedupKey`), for the worker's redo of a lost dedup promote.
+ */
+export type IntakeWireEvent = WireEvent & { d?: string };
 
 /** Largest batch one group commit makes durable. */
 const MAX_BATCH = 256;
@@ -68,11 +74,14 @@ export interface IntakeOptions {
 
 interface Pending {
   event: SpillwayEvent;
-  /** `<tenant>\0<id>`: in-process dedup of concurrent submits. */
+  /** `<tenant>\0<dedup key>`: in-process dedup of concurrent submits. */
   key: string;
+  /** The fingerprint of the dedup key (the event's id unless the caller gave another). */
   fp: Fingerprint;
-  /** The caller's pending decision (Intake.submit): the event is added only once it says true. */
-  gate: Promise<boolean> | undefined;
+  /** `opts.dedupKey` of Intake.submit, carried in the job (`d`) for the worker's promote redo. */
+  dedupKey: string | undefined;
+  /** The caller's decision (Intake.submit), asked once the id is reserved: added only if true. */
+  gate: (() => Promise<boolean>) | undefined;
   resolve: (r: SubmitResult) => void;
   reject: (err: unknown) => void;
 }
@@ -116,9 +125,13 @@ export class DurableIntake implements Intake {
     this.#queue = createQueue(opts.redis, opts.keys, opts.keys.intakeQueue, opts.logger);
   }
 
-  submit(event: SpillwayEvent, opts: { gate?: Promise<boolean> } = {}): Promise<SubmitResult> {
+  submit(
+    event: SpillwayEvent,
+    opts: { gate?: () => Promise<boolean>; dedupKey?: string } = {},
+  ): Promise<SubmitResult> {
     if (this.#closed) return Promise.reject(errors.unavailable('intake is shutting down', { retryAfter: 1 }));
-    const key = `${event.tenantId}\u0000${event.id}`;
+    const dedupKey = opts.dedupKey;
+    const key = `${event.tenantId}\u0000${dedupKey ?? event.id}`;
     const first = this.#inflight.get(key);
     if (first) {
       // Same id already on its way in this process: the answer is "duplicate" once the first is
@@ -129,7 +142,8 @@ export class DurableIntake implements Intake {
           // is not a duplicate of it either (its caller answers from its own gate, or 503).
           if (r.withdrawn) return r;
           intakeEventsTotal.inc({ result: 'duplicate' });
-          return { id: r.id, duplicate: true };
+          // Its own id: under a dedup key, the first may have come with another.
+          return { id: event.id, duplicate: true };
         },
         (err) => {
           intakeEventsTotal.inc({ result: 'rejected' });
@@ -138,13 +152,15 @@ export class DurableIntake implements Intake {
       );
     }
     const p = new Promise<SubmitResult>((resolve, reject) => {
-      // Settled into a boolean now: a gate that rejects before the commit looks at it is a "no",
-      // never an unhandled rejection.
-      const gate = opts.gate?.then(
-        (go) => go === true,
-        () => false,
-      );
-      this.#batch.push({ event, key, fp: fingerprint(event.id), gate, resolve, reject });
+      this.#batch.push({
+        event,
+        key,
+        fp: fingerprint(dedupKey ?? event.id),
+        dedupKey,
+        gate: opts.gate,
+        resolve,
+        reject,
+      });
     });
     p.then(
       (r) =>
@@ -238,11 +254,24 @@ export class DurableIntake implements Intake {
           // marker we did reserve is released in the catch below.
           if (failed) throw failed;
           for (const p of foreign) void this.#awaitForeign(p);
-          // The callers' gates were decided while the reserve was on its way; an event whose gate
-          // says no leaves here, its marker released, before anything else is written for it.
+          // The callers' gates are asked now, for the reserved events only (a duplicate spends
+          // nothing a gate decides, such as a source's rate); an event whose gate says no leaves
+          // here, its marker released, before anything else is written for it. A gate that
+          // throws is a "no".
           const gated = reserved.filter((p) => p.gate);
           if (gated.length > 0) {
-            const go = await Promise.all(gated.map((p) => p.gate!));
+            const go = await Promise.all(
+              gated.map((p) => {
+                try {
+                  return p.gate!().then(
+                    (v) => v === true,
+                    () => false,
+                  );
+                } catch {
+                  return false;
+                }
+              }),
+            );
             const out = new Set(gated.filter((_, i) => !go[i]));
             if (out.size > 0) {
               reserved = reserved.filter((p) => !out.has(p));
@@ -257,7 +286,15 @@ export class DurableIntake implements Intake {
             publishCommit(batch.length, 'duplicate', started, []);
             return;
           }
-          const data: IntakeJobData = { v: 1, events: reserved.map((p) => eventToWire(p.event)), c: revs };
+          const data: IntakeJobData = {
+            v: 1,
+            events: reserved.map((p) => {
+              const w: IntakeWireEvent = eventToWire(p.event);
+              if (p.dedupKey !== undefined) w.d = p.dedupKey;
+              return w;
+            }),
+            c: revs,
+          };
           jobKey = this.#queue.toKey((await this.#queue.add('batch', data, JOB_OPTS)).id!);
           if (this.#waitReplicas > 0 && !(await this.#replicated(jobKey))) {
             // The job is on the master only, or the node answering now is not the one that took

@@ -4,7 +4,6 @@ import { LeasedLimiter } from '@spillway/delivery';
 import {
   createIngestServer,
   createPipeline,
-  createRedisReplayGuard,
   type IngestPipeline,
   type IngestServer,
   registerKernelDropMetrics,
@@ -147,8 +146,6 @@ export async function startIngest({ rt, inherited }: RoleContext): Promise<RoleH
       keys: rt.keys,
       logger,
       bodyBudgetBytes: rt.config.ingestBodyBudget,
-      // github/shopify ids are outside the HMAC: a signed body is also deduplicated on its hash.
-      replayGuard: createRedisReplayGuard(rt.redis, rt.keys, rt.config.dedupWindowMs),
     });
     const tlsPaths = rt.config.tls;
     const server = await createIngestServer(

@@ -202,7 +202,10 @@ export async function createWorker(
         void promoteDedup(
           rt.redis,
           keys,
-          events.map((w, i): SeenId => ({ tenantId: w.t, fp: fps[i]! })),
+          // Deduplicated on its body (GitHub, Shopify: `d`), not on its id.
+          events.map(
+            (w, i): SeenId => ({ tenantId: w.t, fp: w.d === undefined ? fps[i]! : fingerprint(w.d) }),
+          ),
           config.dedupWindowMs,
           true,
         ).then(

@@ -1,9 +1,9 @@
 -- Fingerprint buckets (docs/storage.md), shared by the router's dedup-reserve-1, dedup-promote-1
--- and history-index-3 and ingest's body-claim-1 (pasted in by their `--@include` line). A tenant's ids live under `base`:
+-- and history-index-3 (pasted in by their `--@include` line). A tenant's ids live under `base`:
 -- <base>:<slot>:m is a slot's HASH (e0 = first epoch, l = last epoch, n = entries written) and
 -- <base>:<slot>:<epoch>:<n> a STRING of fixed-width entries; epoch e of a slot has 2^e buckets.
 --
--- Window masks (dedup ids and body claims; the event-id index has none): one table per tenant base
+-- Window masks (dedup ids; the event-id index has none): one table per tenant base
 -- answers "which slots of the window may hold this fingerprint" in one read. <base>:w:<g> is a
 -- STRING of `words` 32-bit words; bit p of a word (offset 32 * word + 31 - p) belongs to the slot
 -- whose number is p mod 32. An entry sets its slot's bit in two words, its fingerprint's first and
@@ -307,7 +307,7 @@ end
 -- AOF and the replicas receive those bytes, not the whole bucket again (~1 KiB a write). APPEND
 -- leaves the string's allocation up to twice its length; the slot after it takes that slack back
 -- (compact_step). What is appended is not visible to seen() in the same call: a script that must
--- see its own earlier entries keeps them itself (body-claim-1).
+-- see its own earlier entries keeps them itself.
 -- `fbits` (mask words per entry, nil = no masks) puts a slot this call creates in the current
 -- window mask (or a new one, see above) and gives it an epoch filter; in a slot whose mask bit is
 -- in use (fn == n) every entry sets it, in one whose filter is in use (gn == n) every entry sets its
