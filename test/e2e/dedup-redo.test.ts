@@ -15,14 +15,20 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c().catch(() => {});
 });
 
+/** A harness, a receiver, a tenant with one endpoint on it, and the intake queue (no worker yet). */
+async function tenantWithReceiver() {
+  const s = await routerHarness(cleanup);
+  const r = await s.receiver();
+  const t = await makeTenant(s.store);
+  await makeEndpoint(s.store, t.id, r.url);
+  const queue = createQueue(s.rt.redis, s.rt.keys, s.rt.keys.intakeQueue);
+  cleanup.push(() => queue.close());
+  return { s, r, t, queue };
+}
+
 describe('dedup promote: intake, then worker', () => {
   it("the intake marks a job promoted once its ids are; the worker redoes an unmarked job's promote and trusts a marked one", async () => {
-    const s = await routerHarness(cleanup);
-    const r = await s.receiver();
-    const t = await makeTenant(s.store);
-    await makeEndpoint(s.store, t.id, r.url);
-    const queue = createQueue(s.rt.redis, s.rt.keys, s.rt.keys.intakeQueue);
-    cleanup.push(() => queue.close());
+    const { s, r, t, queue } = await tenantWithReceiver();
 
     // Through the intake (no worker yet): the job it added ends up marked.
     expect((await s.services.intake.submit(makeEvent(t.id, 'via-intake'))).duplicate).toBe(false);
@@ -52,12 +58,7 @@ describe('dedup promote: intake, then worker', () => {
   });
 
   it("an unmarked job's event deduplicated on another key (a GitHub body: `d`) is promoted under that key, not its id", async () => {
-    const s = await routerHarness(cleanup);
-    const r = await s.receiver();
-    const t = await makeTenant(s.store);
-    await makeEndpoint(s.store, t.id, r.url);
-    const queue = createQueue(s.rt.redis, s.rt.keys, s.rt.keys.intakeQueue);
-    cleanup.push(() => queue.close());
+    const { s, r, t, queue } = await tenantWithReceiver();
     // Added as the intake adds a GitHub event's job, whose promote never ran.
     const key = 'b:src-1:body-digest';
     await queue.add(

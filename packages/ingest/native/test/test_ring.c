@@ -102,6 +102,40 @@ static void test_classify(void) {
   CHECK(spw_classify_first("", 0) == 0);
 }
 
+/* The test server on an ephemeral loopback port; returns the port. `max_body` 0: the default cap. */
+static int start_server(uint64_t max_body) {
+  spw_config cfg;
+  spw_config_defaults(&cfg);
+  cfg.host = "127.0.0.1";
+  cfg.port = 0;
+  cfg.max_conns = 16;
+  cfg.buf_count = 64;
+  cfg.keepalive_timeout_ms = 60000;
+  if (max_body) cfg.max_body_bytes = max_body;
+  atomic_store(&closed, 0);
+  CHECK(spw_server_create(&cfg, deliver, NULL, &srv) == 0);
+  int port = spw_server_start(srv);
+  CHECK(port > 0);
+  return port;
+}
+
+/* The client socket `fd`, connected to the test server (`rcvbuf` > 0: its receive buffer). */
+static void connect_client(int port, int rcvbuf) {
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+}
+
+/* Closes the test server and waits for its last batch (SPW_EV_CLOSED). */
+static void stop_server(void) {
+  spw_server_close(srv, 0, 0);
+  for (int i = 0; i < 500 && !atomic_load(&closed); i++) sleep_ms(10);
+  CHECK(atomic_load(&closed) == 1);
+  spw_server_destroy(srv);
+}
+
 #define DRAIN_BODY (8L << 20)
 
 static void *streamer(void *arg) {
@@ -118,23 +152,9 @@ static void *streamer(void *arg) {
 }
 
 static void test_drain(void) {
-  spw_config cfg;
-  spw_config_defaults(&cfg);
-  cfg.host = "127.0.0.1";
-  cfg.port = 0;
-  cfg.max_conns = 16;
-  cfg.buf_count = 64;
-  cfg.max_body_bytes = 1024;
-  atomic_store(&closed, 0);
-  CHECK(spw_server_create(&cfg, deliver, NULL, &srv) == 0);
-  int port = spw_server_start(srv);
-  CHECK(port > 0);
-  fd = socket(AF_INET, SOCK_STREAM, 0);
+  connect_client(start_server(1024), 0);
   struct timeval tv = {.tv_sec = 10};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
   static const char head[] = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8388608\r\n\r\n";
   CHECK(send(fd, head, sizeof head - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof head - 1));
   pthread_t w;
@@ -159,10 +179,7 @@ static void test_drain(void) {
          (unsigned long long)st.drained_discarded, (unsigned long long)st.drained_copied);
   CHECK(st.drained_discarded + st.drained_copied >= (1u << 20)); /* it did drain */
   CHECK(st.drained_copied <= 4 * 16384);                          /* without copying it */
-  spw_server_close(srv, 0, 0);
-  for (int i = 0; i < 500 && !atomic_load(&closed); i++) sleep_ms(10);
-  CHECK(atomic_load(&closed) == 1);
-  spw_server_destroy(srv);
+  stop_server();
 }
 
 int main(void) {
@@ -174,23 +191,7 @@ int main(void) {
   snprintf(resp, sizeof resp, "%s%04d\r\n\r\n", head, body);
   memset(resp + hl + 8, 'x', (size_t)body);
 
-  spw_config cfg;
-  spw_config_defaults(&cfg);
-  cfg.host = "127.0.0.1";
-  cfg.port = 0;
-  cfg.max_conns = 16;
-  cfg.buf_count = 64;
-  cfg.keepalive_timeout_ms = 60000;
-  CHECK(spw_server_create(&cfg, deliver, NULL, &srv) == 0);
-  int port = spw_server_start(srv);
-  CHECK(port > 0);
-
-  fd = socket(AF_INET, SOCK_STREAM, 0);
-  int small = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  connect_client(start_server(0), 4096);
   pthread_t w;
   pthread_create(&w, NULL, writer, NULL);
 
@@ -216,10 +217,7 @@ int main(void) {
   pthread_join(w, NULL);
 
   close(fd);
-  spw_server_close(srv, 0, 0);
-  for (int i = 0; i < 500 && !atomic_load(&closed); i++) sleep_ms(10);
-  CHECK(atomic_load(&closed) == 1);
-  spw_server_destroy(srv);
+  stop_server();
 
   test_drain();
   return check_summary("ring");
