@@ -18,7 +18,6 @@ export interface IngestMetrics {
    * the route table's keys) or `js` (the pipeline's verifier).
    */
   verified: Counter<'kind' | 'where'>;
-  /** Signed bodies seen again under another id within the dedup window (answered as duplicates). */
   enqueueSeconds: Histogram<'outcome'>;
   inflightBodyBytes: Gauge;
   /**
