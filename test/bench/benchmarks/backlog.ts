@@ -215,16 +215,16 @@ export const backlog: Benchmark = {
     // recorded one (its date said) when this run did not measure fan-out.
     const fan = resultOf('fanout');
     const fanRate = fan?.result.rows.find((row) => row.label === FANOUT_ONE)?.values.deliveries;
-    if (drain && typeof fanRate === 'number' && fanRate > 0) {
+    if (fan && drain && typeof fanRate === 'number' && fanRate > 0) {
       const ratio = drain.worst / fanRate;
-      const from = fan!.sameRun ? 'this run' : `the recorded run of ${fan!.result.startedAt}`;
+      const from = fan.sameRun ? 'this run' : `the recorded run of ${fan.result.startedAt}`;
       goals.push({
         what: `drain ÷ the 1 endpoint/event fan-out rate (${worstOf(drain, quick)} ÷ the fan-out median ${Math.round(fanRate).toLocaleString('en-US')}/s of ${from})`,
         target: '≥ 0.50',
         measured: ratio,
         shown: `worst ${Math.round(drain.worst).toLocaleString('en-US')}/s = ${ratio.toFixed(2)}, median ${Math.round(drain.median).toLocaleString('en-US')}/s = ${(drain.median / fanRate).toFixed(2)}`,
         // A verdict only against a fan-out rate measured in the same full run.
-        pass: quick || !fan!.sameRun || fan!.result.quick ? undefined : ratio >= 0.5,
+        pass: quick || !fan.sameRun || fan.result.quick ? undefined : ratio >= 0.5,
       });
     } else notes.push('No fan-out result to hold the drain rate against (run `--only fanout,backlog`).');
     return {

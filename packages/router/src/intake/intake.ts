@@ -261,16 +261,14 @@ export class DurableIntake implements Intake {
           const gated = reserved.filter((p) => p.gate);
           if (gated.length > 0) {
             const go = await Promise.all(
-              gated.map((p) => {
-                try {
-                  return p.gate!().then(
+              gated.map((p) =>
+                Promise.resolve()
+                  .then(p.gate)
+                  .then(
                     (v) => v === true,
                     () => false,
-                  );
-                } catch {
-                  return false;
-                }
-              }),
+                  ),
+              ),
             );
             const out = new Set(gated.filter((_, i) => !go[i]));
             if (out.size > 0) {
