@@ -5,6 +5,14 @@ import { type DeliveryTask, taskToWire, type WireTask } from '../worker/fanout.t
 import type { SpillActivity } from './activity.ts';
 
 const FLUSH_MS = 2;
+/**
+ * At least this long from the start of one send to the start of the next: a tenant spilling a
+ * steady stream (a flood into an endpoint that hangs) makes one produce per 20 ms, not one per
+ * acknowledgement. Each produce has a fixed cost in this worker and in the broker; with sends
+ * back to back, a 1,000 events/s flood cost the broker 10–12 % of a core and 5–6 % with this
+ * (docs/benchmarks/profile.md, "The flood's spill sends"). A lone spill still goes after FLUSH_MS.
+ */
+const SPACING_MS = 20;
 const MAX_BATCH = 500;
 /**
  * Bytes of record values per produce request. Kafka checks a whole record batch against the
@@ -24,7 +32,7 @@ interface Item {
 
 /**
  * Appends tasks to the spill topic (keyed by tenant, acks=-1, idempotent producer), batched over
- * ≤ 2 ms. `spill()` resolves only once Kafka acknowledged the record: until then the caller (an
+ * ≤ 2 ms when idle and one send per ≥ 20 ms when busy. `spill()` resolves only once Kafka acknowledged the record: until then the caller (an
  * intake job, a retry job or the drainer's uncommitted offset) still owns the task. Sends that
  * fail are retried with backoff until they succeed or the producer closes — a broker restart is
  * ridden out without a process restart.
@@ -47,6 +55,7 @@ export class SpillProducer {
     flushMs: FLUSH_MS,
     maxItems: MAX_BATCH,
     serial: true,
+    spacingMs: SPACING_MS,
     write: (batch) => this.#sendAll(batch),
   });
   #closed = false;
