@@ -145,9 +145,6 @@ export function runIngestConformance(
         keys,
         logger,
         bodyBudgetBytes: 64 * 1024 * 1024,
-        // Most cases resend one body under new ids (rawBody): ids decide, except where a case
-        // asks for the ingest role's body dedup of GitHub and Shopify events.
-        dedupBodies: false,
         ...pipe,
       });
       const srv = makeServer({
@@ -192,10 +189,14 @@ export function runIngestConformance(
 
     const accepted = async (id?: string) =>
       (await intake.accepted(tenantId)).filter((e) => id === undefined || e.id === id);
-    /** Bytes a JSON parser would not give back: odd spacing, escapes, non-ASCII, no trailing newline. */
-    const rawBody = (fields: Record<string, string>) =>
+    /**
+     * Bytes a JSON parser would not give back: odd spacing, escapes, non-ASCII, no trailing
+     * newline. Each call's body is its own (`nonce`): a GitHub or Shopify event is deduplicated on
+     * its body, so two events of a case are two bodies; a case that replays one sends one Buffer.
+     */
+    const rawBody = (fields: Record<string, string>, nonce = randomBytes(6).toString('hex')) =>
       Buffer.from(
-        `{ "id" :"${fields.id ?? ''}",\t"type":"${fields.type ?? ''}", "note": "caf\u00e9 \\u00e9 \u{1f680}" ,"n":1.50 }`,
+        `{ "id" :"${fields.id ?? ''}",\t"type":"${fields.type ?? ''}", "note": "caf\u00e9 \\u00e9 \u{1f680}" ,"n":1.50, "nonce":"${nonce}" }`,
       );
 
     beforeAll(async () => {
@@ -540,9 +541,9 @@ export function runIngestConformance(
       }
     });
 
-    describe('dedup on the provider id', () => {
+    describe("dedup of a provider's redelivery (its id and its body again)", () => {
       const githubPost = async (src: Source, delivery: string) => {
-        const body = rawBody({});
+        const body = rawBody({}, delivery);
         return post(`${main.base}/ingest/${src.id}`, body, {
           'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
           'x-github-event': 'push',
@@ -573,17 +574,13 @@ export function runIngestConformance(
     describe('replays with a fresh id (github, shopify: the id header is outside the HMAC)', () => {
       const shopifySign = (secret: string, body: Buffer) =>
         createHmac('sha256', secret).update(body).digest('base64');
-      let guarded: Served;
-      beforeAll(async () => {
-        guarded = await serve({ dedupBodies: true });
-      });
 
       it('github: one signed body under new ids or a new event header is a duplicate of the first', async () => {
         const src = source('github');
         const body = Buffer.from(`{"action":"opened","n":"${randomBytes(6).toString('hex')}"}`);
         const sig = await githubSign(src.secret, body.toString('utf8'));
         const send = (delivery: string, event = 'pull_request') =>
-          post(`${guarded.base}/ingest/${src.id}`, body, {
+          post(`${main.base}/ingest/${src.id}`, body, {
             'x-hub-signature-256': sig,
             'x-github-event': event,
             'x-github-delivery': delivery,
@@ -604,7 +601,7 @@ export function runIngestConformance(
         expect((await accepted()).filter((e) => e.sourceId === src.id)).toHaveLength(1);
         // Another body is another event.
         const other = Buffer.from('{"action":"closed"}');
-        const r = await post(`${guarded.base}/ingest/${src.id}`, other, {
+        const r = await post(`${main.base}/ingest/${src.id}`, other, {
           'x-hub-signature-256': await githubSign(src.secret, other.toString('utf8')),
           'x-github-event': 'pull_request',
           'x-github-delivery': randomBytes(8).toString('hex'),
@@ -619,7 +616,7 @@ export function runIngestConformance(
         const ids = Array.from({ length: 8 }, () => randomBytes(8).toString('hex'));
         const replies = await Promise.all(
           ids.map((id) =>
-            post(`${guarded.base}/ingest/${src.id}`, body, {
+            post(`${main.base}/ingest/${src.id}`, body, {
               'x-hub-signature-256': sig,
               'x-github-event': 'pull_request',
               'x-github-delivery': id,
@@ -636,7 +633,7 @@ export function runIngestConformance(
       it('github: replays and redeliveries spend none of the source rate', async () => {
         const limiter = createTestRateGate(REDIS_URL);
         closers.push(() => limiter.close());
-        const s = await serve({ dedupBodies: true, limiter });
+        const s = await serve({ limiter });
         const src = source('github', { rate: { perSecond: 0.01, burst: 2 } });
         const send = async (body: Buffer, delivery: string) =>
           (
@@ -665,7 +662,7 @@ export function runIngestConformance(
         const b = source('shopify', { secret: a.secret });
         const body = Buffer.from(`{"id":${Date.now()},"note":"${randomBytes(6).toString('hex')}"}`);
         const send = (src: Source, wid: string) =>
-          post(`${guarded.base}/ingest/${src.id}`, body, {
+          post(`${main.base}/ingest/${src.id}`, body, {
             'x-shopify-hmac-sha256': shopifySign(src.secret, body),
             'x-shopify-topic': 'orders/create',
             'x-shopify-webhook-id': wid,
@@ -806,16 +803,19 @@ export function runIngestConformance(
           );
         expect(junk).toEqual(Array(10).fill(401));
         const signedStatuses: number[] = [];
-        for (let i = 0; i < 3; i++)
+        for (let i = 0; i < 3; i++) {
+          // Three events: three bodies (one body again would be a duplicate, which spends no rate).
+          const event = rawBody({});
           signedStatuses.push(
             (
-              await post(`${s.base}/ingest/${src.id}`, body, {
-                'x-hub-signature-256': await githubSign(src.secret, body.toString('utf8')),
+              await post(`${s.base}/ingest/${src.id}`, event, {
+                'x-hub-signature-256': await githubSign(src.secret, event.toString('utf8')),
                 'x-github-event': 'push',
                 'x-github-delivery': randomBytes(6).toString('hex'),
               })
             ).status,
           );
+        }
         expect(signedStatuses).toEqual([202, 202, 429]);
       });
 
@@ -931,7 +931,10 @@ export function runIngestConformance(
         minBodyBytesPerSecond: 0,
       });
       const src = source('github');
-      const body = Buffer.alloc(80_000, 0x62);
+      // Three events of 80,000 bytes, each its own body (GitHub events are deduplicated on it).
+      const another = () =>
+        Buffer.concat([Buffer.from(randomBytes(8).toString('hex')), Buffer.alloc(80_000 - 16, 0x62)]);
+      const body = another();
       const id = randomBytes(6).toString('hex');
       const headers = await signed2(src, body, id);
       // Holds 40 000 bytes of budget (bytes are taken as they arrive): headers and half the body.
@@ -945,22 +948,24 @@ export function runIngestConformance(
       sock.write(body.subarray(0, 40_000));
       const reply = collect(sock);
       await waitUntil(() => s.pipeline.inFlightBodyBytes === 40_000, 'the first request to hold its bytes');
+      const secondBody = another();
       const second = await post(
         `${s.base}/ingest/${src.id}`,
-        body,
-        await signed2(src, body, randomBytes(6).toString('hex')),
+        secondBody,
+        await signed2(src, secondBody, randomBytes(6).toString('hex')),
       );
       expect(second.status).toBe(503);
       expect(Number(second.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       sock.write(body.subarray(40_000));
       expect(await reply).toMatch(/^HTTP\/1\.1 202 /);
       await waitUntil(() => s.pipeline.inFlightBodyBytes === 0, 'the budget to be released');
+      const third = another();
       expect(
         (
           await post(
             `${s.base}/ingest/${src.id}`,
-            body,
-            await signed2(src, body, randomBytes(6).toString('hex')),
+            third,
+            await signed2(src, third, randomBytes(6).toString('hex')),
           )
         ).status,
       ).toBe(202);
@@ -996,10 +1001,15 @@ export function runIngestConformance(
       return socks;
     }
 
-    const keepsAccepting = async (base: string, body: Buffer, times = 10) => {
+    /** `times` signed GitHub events of `bytes` each (each its own body, so none is a duplicate): their statuses. */
+    const keepsAccepting = async (base: string, bytes: number, times = 10) => {
       const src = source('github', { maxBodyBytes: 1024 * 1024 });
       const statuses: number[] = [];
-      for (let i = 0; i < times; i++)
+      for (let i = 0; i < times; i++) {
+        const body = Buffer.concat([
+          Buffer.from(randomBytes(8).toString('hex')),
+          Buffer.alloc(bytes - 16, 0x20),
+        ]);
         statuses.push(
           (
             await post(
@@ -1009,6 +1019,7 @@ export function runIngestConformance(
             )
           ).status,
         );
+      }
       return statuses;
     };
 
@@ -1018,7 +1029,7 @@ export function runIngestConformance(
       // Give every head time to reach the pipeline (the attack held 64 MiB within milliseconds).
       await new Promise((r) => setTimeout(r, 500));
       expect(main.pipeline.inFlightBodyBytes).toBeLessThan(1024 * 1024);
-      const statuses = await keepsAccepting(main.base, Buffer.from(rawBody({})));
+      const statuses = await keepsAccepting(main.base, 256);
       expect(statuses).toEqual(Array(10).fill(202));
     });
 
@@ -1036,7 +1047,7 @@ export function runIngestConformance(
       await new Promise((r) => setTimeout(r, 300));
       expect(s.pipeline.inFlightBodyBytes).toBeLessThanOrEqual(512 * 1024);
       // A signed sender from 127.0.0.1 with a body the size of the attacker's whole share still fits.
-      const statuses = await keepsAccepting(s.base, Buffer.alloc(256 * 1024, 0x20), 5);
+      const statuses = await keepsAccepting(s.base, 256 * 1024, 5);
       expect(statuses).toEqual(Array(5).fill(202));
     });
 

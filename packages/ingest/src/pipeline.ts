@@ -43,12 +43,6 @@ export interface PipelineOptions {
    * past it the address gets 429 before anything is looked up. Default 20/s, burst 100.
    */
   preAuthRate?: PreAuthRate;
-  /**
-   * GitHub and Shopify events deduplicated on their body, per source, instead of on their id
-   * header, which their signature does not cover (docs/ingest.md, "Replays"). Default true; off
-   * only where ids alone should decide (test servers that resend one body under new ids).
-   */
-  dedupBodies?: boolean;
   keys: Keys;
   logger: Logger;
   /** Request-body bytes this process holds at once; past it new requests get 503 + Retry-After. */
@@ -324,8 +318,7 @@ export function createPipeline(opts: PipelineOptions): IngestPipeline {
    * sign their id (in the body or the signed string): they are deduplicated on it.
    */
   function dedupKeyOf(source: Source, body: Buffer): string | undefined {
-    if (opts.dedupBodies === false || (source.kind !== 'github' && source.kind !== 'shopify'))
-      return undefined;
+    if (source.kind !== 'github' && source.kind !== 'shopify') return undefined;
     return `b:${source.id}:${hash('sha256', body, 'base64url')}`;
   }
 
