@@ -379,13 +379,13 @@ const HEADLINE: [doc: string, says: RegExp, code: () => number][] = [
   ],
   [
     A,
-    /one (\d+) ms window and one \d+ ms delay bucket/,
+    /one (\d+) ms window and one delay bucket/,
     () => constant('packages/router/src/retry/scheduler.ts', 'FLUSH_MS'),
   ],
   [
     A,
-    /one \d+ ms window and one (\d+) ms delay bucket/,
-    () => constant('packages/router/src/retry/scheduler.ts', 'BUCKET_MS'),
+    /tenth of the delay \(at least (\d+) ms/,
+    () => constant('packages/router/src/retry/scheduler.ts', 'MIN_BUCKET_MS'),
   ],
   [A, /`maxBytesPerPartition` \((\d+) KiB\)/, () => drainer('LOOKAHEAD_BYTES') / KiB],
   [A, /only after up to (\d+) s/, () => drainer('IDLE_BLOCKED_WAIT_MS') / 1000],

@@ -7,6 +7,7 @@ import type { AttemptOutcome, DeliveryPort } from './deliver.ts';
 import { type DeliveryTask, staleTask } from './fanout.ts';
 import { type Held, JobOwner, Lane, type Owner, TICK_MS } from './lanes.ts';
 import type { LocalCounts, Settler } from './settle.ts';
+import { Turns } from './turns.ts';
 
 /** The ordered store as the engine sees it (ordering/store.ts). */
 export interface OrderedIntake {
@@ -103,6 +104,8 @@ export class Engine {
   readonly #d: EngineDeps;
   readonly #views = new Map<string, TenantView>();
   readonly #lanes = new Map<string, Lane>();
+  /** Failed attempts are settled one per event-loop turn (turns.ts). */
+  readonly #failures = new Turns();
   readonly #wakers = new Set<() => void>();
   /** Jobs waiting for room (Engine#room), first come first served. */
   readonly #roomWaiters: { n: number; resolve: () => void }[] = [];
@@ -608,7 +611,12 @@ export class Engine {
       attempt = Promise.reject(err);
     }
     return attempt.then(
-      (outcome) => this.#settle(lane, h, outcome, ep),
+      (outcome) =>
+        outcome.kind === 'delivered'
+          ? this.#settle(lane, h, outcome, ep)
+          : // A failure waits its turn: a burst of them (an endpoint's requests timing out together)
+            // is settled one per event-loop turn, with other tenants' I/O between (turns.ts).
+            this.#failures.next().then(() => this.#settle(lane, h, outcome, ep)),
       (err: unknown) =>
         this.#settle(lane, h, { kind: 'retry', error: `internal: ${(err as Error).message}` }, ep),
     );
