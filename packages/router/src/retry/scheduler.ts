@@ -11,8 +11,8 @@ const FLUSH_MS = 5;
  * Tasks of one flush whose delays fall in one bucket share one delayed job. A bucket is the power
  * of two at or under a tenth of the delay, at least 50 ms: a task is retried at most a tenth of
  * its delay after it was due (the delays are jittered by ± 20 % anyway), never before. Sixteen
- * requests that time out together (5 s ± 20 %) made ~14 jobs with 50 ms buckets and make ~5 with
- * these; each job costs its own serialisation and script call.
+ * requests that time out together (5 s ± 20 %) made ~14 jobs with 50 ms buckets and make 5–7
+ * with these; each job costs its own serialisation and script call.
  */
 const MIN_BUCKET_MS = 50;
 
@@ -31,9 +31,9 @@ interface Item {
 
 /**
  * Hands failed tasks to delayed BullMQ retry jobs. When many fail at once (an endpoint down), the
- * tasks of one ≤ 5 ms window and one delay bucket (retryBucketOf) become ONE job. `schedule()` resolves once
- * the job is in Redis: only then may the caller drop the task and return its credit. Adds that fail
- * are retried until they succeed (Redis restart), so the caller simply waits.
+ * tasks of one ≤ 5 ms window and one delay bucket (retryBucketOf) become ONE job. `schedule()`
+ * resolves once the job is in Redis: only then may the caller drop the task and return its credit.
+ * Adds that fail are retried until they succeed (Redis restart), so the caller simply waits.
  */
 export class RetryScheduler {
   readonly #queue: Queue;

@@ -9,7 +9,7 @@ const FLUSH_MS = 2;
  * At least this long from the start of one send to the start of the next: a tenant spilling a
  * steady stream (a flood into an endpoint that hangs) makes one produce per 20 ms, not one per
  * acknowledgement. Each produce has a fixed cost in this worker and in the broker; with sends
- * back to back, a 1,000 events/s flood cost the broker 10–12 % of a core and 5–6 % with this
+ * back to back, a 1,000 events/s flood cost the broker 10–12 % of a core, 7–9 % with this
  * (docs/benchmarks/profile.md, "The flood's spill sends"). A lone spill still goes after FLUSH_MS.
  */
 const SPACING_MS = 20;
@@ -32,8 +32,9 @@ interface Item {
 
 /**
  * Appends tasks to the spill topic (keyed by tenant, acks=-1, idempotent producer), batched over
- * ≤ 2 ms when idle and one send per ≥ 20 ms when busy. `spill()` resolves only once Kafka acknowledged the record: until then the caller (an
- * intake job, a retry job or the drainer's uncommitted offset) still owns the task. Sends that
+ * ≤ 2 ms when idle and one send per ≥ 20 ms when busy. `spill()` resolves only once Kafka
+ * acknowledged the record: until then the caller (an intake job, a retry job or the drainer's
+ * uncommitted offset) still owns the task. Sends that
  * fail are retried with backoff until they succeed or the producer closes — a broker restart is
  * ridden out without a process restart.
  *
