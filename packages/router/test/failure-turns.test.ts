@@ -42,6 +42,22 @@ describe('a failure burst is settled in turns (worker/turns.ts)', () => {
     ]);
   });
 
+  it('a long queue (a flood of failures) drains in a few hundred turns, not one per failure', async () => {
+    const turns = new Turns();
+    let iterations = 0;
+    let counting = true;
+    const count = () => {
+      iterations++;
+      if (counting) setImmediate(count);
+    };
+    setImmediate(count);
+    await Promise.all(Array.from({ length: 5000 }, () => turns.next()));
+    counting = false;
+    // ~32·ln(5000/32) + 32 ≈ 200 turns; one per failure would be 5000.
+    expect(iterations).toBeLessThan(400);
+    expect(iterations).toBeGreaterThan(32);
+  });
+
   it('a retry is never due early, and at most a tenth of its delay (or 50 ms) late', () => {
     for (let d = 1; d < 12 * 3_600_000; d = Math.ceil(d * 1.37) + 1) {
       const b = retryBucketOf(d);

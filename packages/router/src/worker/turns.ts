@@ -6,6 +6,9 @@
  * the lane's next dispatch) in that same turn, holding the worker's one event loop for every other tenant
  * (docs/benchmarks/profile.md, "A failure burst, settled in turns").
  */
+/** Past this many waiting, a turn takes this share of them (1/SHARE) instead of one. */
+const SHARE = 32;
+
 export class Turns {
   readonly #queue: (() => void)[] = [];
   #armed = false;
@@ -26,9 +29,12 @@ export class Turns {
   }
 
   // An immediate queued from inside an immediate runs in the loop's next iteration, after its
-  // poll phase: one waiter per iteration, whose continuation runs as this callback's microtasks.
+  // poll phase: one waiter per iteration (a thirty-second of the queue once it is longer than
+  // that, so a flood of failures drains in ~32·ln(n) turns rather than n), whose continuations
+  // run as this callback's microtasks.
   readonly #run = (): void => {
-    this.#queue.shift()?.();
+    const n = Math.ceil(this.#queue.length / SHARE);
+    for (const resolve of this.#queue.splice(0, n)) resolve();
     if (this.#queue.length > 0) setImmediate(this.#run);
     else this.#armed = false;
   };
