@@ -141,6 +141,8 @@ for (const backend of ['uring', 'node'] as const) {
           30_000,
           200,
         );
+        // The banner names the backend that took the port.
+        expect(p.stdout()).toContain(`ingest backend: ${backend}\n`);
         // Warm up what a normal request touches, so the baseline is not the cold process: signed
         // sends, then 16 clients that pipeline 64 requests at a time and read every answer.
         for (let i = 0; i < 50; i++) expect(await send()).toBe(202);

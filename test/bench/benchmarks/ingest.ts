@@ -135,7 +135,7 @@ function spillwayTarget(
       if (probe !== 202) throw new Error(`a signed probe got ${probe}, not 202`);
       const metrics = await c.metrics(r).catch(() => '');
       // Which backend took it: the probe's HMAC ran on the ring thread (io_uring) or in JS (node),
-      // or the role said so in its log.
+      // or as its start banner says (`ingest backend: …`).
       const verified = (where: string) =>
         new RegExp(`spillway_ingest_verified_total\\{[^}]*where="${where}"[^}]*\\} [1-9]`).test(metrics);
       const seen =

@@ -189,7 +189,9 @@ export async function startIngest({ rt, inherited }: RoleContext): Promise<RoleH
     return {
       name: 'ingest',
       port,
-      notes: edge ? [`edge: ${edge.note}`] : [],
+      // The backend that took the port (SPILLWAY_INGEST_BACKEND's `auto` falls back to node with
+      // a warning): what a new user, and the ingest benchmark, read to know which one ran.
+      notes: [`ingest backend: ${server.backend}`, ...(edge ? [`edge: ${edge.note}`] : [])],
       async close(closeOpts) {
         // In-flight requests are answered (each one durable first) before the intake closes.
         await server.close(closeOpts);
