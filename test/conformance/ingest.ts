@@ -198,6 +198,9 @@ export function runIngestConformance(
       Buffer.from(
         `{ "id" :"${fields.id ?? ''}",\t"type":"${fields.type ?? ''}", "note": "caf\u00e9 \\u00e9 \u{1f680}" ,"n":1.50, "nonce":"${nonce}" }`,
       );
+    /** A body of `bytes` bytes that no other call makes (16 hex characters, then `fill`). */
+    const paddedBody = (bytes: number, fill = 0x20) =>
+      Buffer.concat([Buffer.from(randomBytes(8).toString('hex')), Buffer.alloc(bytes - 16, fill)]);
 
     beforeAll(async () => {
       keys = createKeys(randomPrefix('ingc'));
@@ -932,8 +935,7 @@ export function runIngestConformance(
       });
       const src = source('github');
       // Three events of 80,000 bytes, each its own body (GitHub events are deduplicated on it).
-      const another = () =>
-        Buffer.concat([Buffer.from(randomBytes(8).toString('hex')), Buffer.alloc(80_000 - 16, 0x62)]);
+      const another = () => paddedBody(80_000, 0x62);
       const body = another();
       const id = randomBytes(6).toString('hex');
       const headers = await signed2(src, body, id);
@@ -1006,10 +1008,7 @@ export function runIngestConformance(
       const src = source('github', { maxBodyBytes: 1024 * 1024 });
       const statuses: number[] = [];
       for (let i = 0; i < times; i++) {
-        const body = Buffer.concat([
-          Buffer.from(randomBytes(8).toString('hex')),
-          Buffer.alloc(bytes - 16, 0x20),
-        ]);
+        const body = paddedBody(bytes);
         statuses.push(
           (
             await post(

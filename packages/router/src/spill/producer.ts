@@ -34,9 +34,8 @@ interface Item {
  * Appends tasks to the spill topic (keyed by tenant, acks=-1, idempotent producer), batched over
  * ≤ 2 ms when idle and one send per ≥ 20 ms when busy. `spill()` resolves only once Kafka
  * acknowledged the record: until then the caller (an intake job, a retry job or the drainer's
- * uncommitted offset) still owns the task. Sends that
- * fail are retried with backoff until they succeed or the producer closes — a broker restart is
- * ridden out without a process restart.
+ * uncommitted offset) still owns the task. Sends that fail are retried with backoff until they
+ * succeed or the producer closes — a broker restart is ridden out without a process restart.
  *
  * One send at a time (the producer allows one request in flight anyway): tasks wait as tasks and
  * are serialized only when their send starts, so a burst of spills (256 intake jobs of a paused

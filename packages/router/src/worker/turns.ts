@@ -1,14 +1,14 @@
+/** Past this many waiting, a turn takes this share of them (1/SHARE) instead of one. */
+const SHARE = 32;
+
 /**
  * Hands out event-loop turns one at a time: each `next()` resolves in its own `setImmediate`, and
  * the I/O that arrived meanwhile (other tenants' answers, job fetches, Redis replies) runs before
  * the next one. The engine settles failed attempts through it: an endpoint whose sixteen requests
  * time out in one undici timer tick used to have all sixteen settled (history, retry hand-off,
- * the lane's next dispatch) in that same turn, holding the worker's one event loop for every other tenant
- * (docs/benchmarks/profile.md, "A failure burst, settled in turns").
+ * the lane's next dispatch) in that same turn, holding the worker's one event loop for every
+ * other tenant (docs/benchmarks/profile.md, "A failure burst, settled in turns").
  */
-/** Past this many waiting, a turn takes this share of them (1/SHARE) instead of one. */
-const SHARE = 32;
-
 export class Turns {
   readonly #queue: (() => void)[] = [];
   #armed = false;
